@@ -1,0 +1,133 @@
+package chaos
+
+import (
+	"math/rand/v2"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/ackflow/ackflow/wire"
+)
+
+// Send delivers a frame to a task: the real transport behind a Link.
+type Send func(dst int, f *wire.Frame)
+
+// Counters count what a chaos setting did, in frames and records.
+type Counters struct {
+	FramesDropped, RecordsDropped       atomic.Int64
+	FramesDuplicated, RecordsDuplicated atomic.Int64
+	FramesDelayed, FramesReordered      atomic.Int64
+}
+
+// Link sits between one sending task and the transport. It is owned by that
+// task's goroutine: Send and Poll must not be called concurrently. Delayed
+// frames are released by Poll, which the owner calls on its timer, so no
+// goroutine or timer outlives the task.
+type Link struct {
+	cfg  Config
+	rng  *rand.Rand
+	next Send
+	cnt  *Counters
+
+	held    *heldFrame // a frame held back for reordering
+	delayed []delayedFrame
+}
+
+type heldFrame struct {
+	dst int
+	f   *wire.Frame
+}
+
+type delayedFrame struct {
+	due time.Time
+	dst int
+	f   *wire.Frame
+}
+
+// NewLink wraps next for the task src.
+func NewLink(cfg Config, src int, next Send, cnt *Counters) *Link {
+	return &Link{
+		cfg:  cfg,
+		rng:  rand.New(rand.NewPCG(cfg.Seed, uint64(src)*0x9e3779b97f4a7c15+1)),
+		next: next,
+		cnt:  cnt,
+	}
+}
+
+// Send applies the configured failures to one frame.
+func (l *Link) Send(dst int, f *wire.Frame) {
+	n := int64(f.Len())
+	if l.cfg.Drop > 0 && l.rng.Float64() < l.cfg.Drop {
+		l.cnt.FramesDropped.Add(1)
+		if f.Kind == wire.KindData {
+			l.cnt.RecordsDropped.Add(n)
+		}
+		return
+	}
+	copies := 1
+	if l.cfg.Dup > 0 && l.rng.Float64() < l.cfg.Dup {
+		copies = 2
+		l.cnt.FramesDuplicated.Add(1)
+		if f.Kind == wire.KindData {
+			l.cnt.RecordsDuplicated.Add(n)
+		}
+	}
+	for i := 0; i < copies; i++ {
+		l.route(dst, f)
+	}
+}
+
+func (l *Link) route(dst int, f *wire.Frame) {
+	if l.cfg.Delay > 0 && l.rng.Float64() < l.cfg.DelayProb {
+		d := time.Duration(l.rng.Int64N(int64(l.cfg.Delay) + 1))
+		l.cnt.FramesDelayed.Add(1)
+		l.delayed = append(l.delayed, delayedFrame{due: time.Now().Add(d), dst: dst, f: f})
+		return
+	}
+	if l.cfg.Reorder > 0 {
+		if l.held != nil {
+			// The held frame goes after the one that overtook it.
+			h := l.held
+			l.held = nil
+			l.next(dst, f)
+			l.next(h.dst, h.f)
+			return
+		}
+		if l.rng.Float64() < l.cfg.Reorder {
+			l.cnt.FramesReordered.Add(1)
+			l.held = &heldFrame{dst: dst, f: f}
+			return
+		}
+	}
+	l.next(dst, f)
+}
+
+// Poll releases delayed frames that are due, and a frame held for
+// reordering when nothing overtook it. It returns how many frames are still
+// waiting.
+func (l *Link) Poll(now time.Time) int {
+	if l.held != nil {
+		h := l.held
+		l.held = nil
+		l.next(h.dst, h.f)
+	}
+	if len(l.delayed) == 0 {
+		return 0
+	}
+	sort.SliceStable(l.delayed, func(i, j int) bool { return l.delayed[i].due.Before(l.delayed[j].due) })
+	i := 0
+	for ; i < len(l.delayed) && !l.delayed[i].due.After(now); i++ {
+		l.next(l.delayed[i].dst, l.delayed[i].f)
+	}
+	l.delayed = append(l.delayed[:0], l.delayed[i:]...)
+	return len(l.delayed)
+}
+
+// Waiting reports how many frames the link still holds.
+func (l *Link) Waiting() int {
+	n := len(l.delayed)
+	if l.held != nil {
+		n++
+	}
+	return n
+}

@@ -1,0 +1,314 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Builder assembles a topology. Methods record mistakes instead of
+// returning errors one by one; Build reports all of them.
+type Builder struct {
+	name       string
+	components []*Component
+	byName     map[string]*Component
+	errs       []error
+}
+
+// Component is a spout or bolt declaration; the methods on it continue the
+// declaration and return it for chaining.
+type Component struct {
+	b           *Builder
+	Name        string
+	Parallelism int
+	SpoutFn     func() Spout // set for spouts
+	BoltFn      func() Bolt  // set for bolts
+	Streams     map[string]*Schema
+	streamOrder []string
+	Inputs      []Subscription
+	TickEvery   time.Duration
+}
+
+// Subscription is a bolt's input: a stream of another component and how it
+// is grouped over the bolt's tasks.
+type Subscription struct {
+	Source   string
+	Stream   string
+	Grouping Grouping
+	// FieldIdx are the positions of Grouping.Fields in the source stream,
+	// filled in by Build.
+	FieldIdx []int
+}
+
+// IsSpout reports whether the component is a spout.
+func (c *Component) IsSpout() bool { return c.SpoutFn != nil }
+
+// StreamNames returns the declared streams in declaration order.
+func (c *Component) StreamNames() []string { return c.streamOrder }
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+
+// NewBuilder starts a topology. The name becomes part of NATS subjects, so it
+// is letters, digits, '-' and '_'.
+func NewBuilder(name string) *Builder {
+	b := &Builder{name: name, byName: map[string]*Component{}}
+	if !nameRE.MatchString(name) {
+		b.errs = append(b.errs, fmt.Errorf("topology name %q: use letters, digits, '-' and '_' (it is part of NATS subjects)", name))
+	}
+	return b
+}
+
+func (b *Builder) add(name string, parallelism int) *Component {
+	c := &Component{b: b, Name: name, Parallelism: parallelism, Streams: map[string]*Schema{}}
+	switch {
+	case !nameRE.MatchString(name):
+		b.errs = append(b.errs, fmt.Errorf("component name %q: use letters, digits, '-' and '_' and do not start with '_' (reserved for system components)", name))
+	case b.byName[name] != nil:
+		b.errs = append(b.errs, fmt.Errorf("component %q is declared twice", name))
+	}
+	if parallelism < 1 {
+		b.errs = append(b.errs, fmt.Errorf("component %q has parallelism %d; it must be at least 1", name, parallelism))
+	}
+	if b.byName[name] == nil {
+		b.byName[name] = c
+	}
+	b.components = append(b.components, c)
+	return c
+}
+
+// Spout declares a spout with a factory that makes one instance per task.
+func (b *Builder) Spout(name string, factory func() Spout, parallelism int) *Component {
+	c := b.add(name, parallelism)
+	c.SpoutFn = factory
+	if factory == nil {
+		b.errs = append(b.errs, fmt.Errorf("spout %q has a nil factory", name))
+	}
+	return c
+}
+
+// Bolt declares a bolt.
+func (b *Builder) Bolt(name string, factory func() Bolt, parallelism int) *Component {
+	c := b.add(name, parallelism)
+	c.BoltFn = factory
+	if factory == nil {
+		b.errs = append(b.errs, fmt.Errorf("bolt %q has a nil factory", name))
+	}
+	return c
+}
+
+// BasicBolt declares a bolt that is acked automatically after Execute.
+func (b *Builder) BasicBolt(name string, factory func() BasicBolt, parallelism int) *Component {
+	var fn func() Bolt
+	if factory != nil {
+		fn = func() Bolt { return AsBolt(factory()) }
+	}
+	return b.Bolt(name, fn, parallelism)
+}
+
+// Outputs declares the fields of the default stream.
+func (c *Component) Outputs(fields ...string) *Component { return c.Stream(DefaultStream, fields...) }
+
+// Stream declares a named output stream and its fields.
+func (c *Component) Stream(name string, fields ...string) *Component {
+	if _, dup := c.Streams[name]; dup {
+		c.b.errs = append(c.b.errs, fmt.Errorf("component %q declares stream %q twice", c.Name, name))
+		return c
+	}
+	if name == "" || strings.HasPrefix(name, "__") {
+		c.b.errs = append(c.b.errs, fmt.Errorf("component %q: stream name %q is empty or reserved (starts with __)", c.Name, name))
+	}
+	seen := map[string]bool{}
+	for _, f := range fields {
+		if seen[f] {
+			c.b.errs = append(c.b.errs, fmt.Errorf("component %q stream %q declares field %q twice", c.Name, name, f))
+		}
+		seen[f] = true
+	}
+	c.Streams[name] = NewSchema(fields...)
+	c.streamOrder = append(c.streamOrder, name)
+	return c
+}
+
+// Input subscribes the bolt to source's default stream.
+func (c *Component) Input(source string, g Grouping) *Component {
+	return c.InputStream(source, DefaultStream, g)
+}
+
+// InputStream subscribes the bolt to a named stream of source.
+func (c *Component) InputStream(source, stream string, g Grouping) *Component {
+	if c.IsSpout() {
+		c.b.errs = append(c.b.errs, fmt.Errorf("spout %q cannot subscribe to %q: only bolts have inputs", c.Name, source))
+		return c
+	}
+	c.Inputs = append(c.Inputs, Subscription{Source: source, Stream: stream, Grouping: g})
+	return c
+}
+
+// Tick makes the runtime deliver a tick tuple (stream TickStream) every d.
+func (c *Component) Tick(d time.Duration) *Component {
+	if d <= 0 {
+		c.b.errs = append(c.b.errs, fmt.Errorf("component %q: tick interval %v must be positive", c.Name, d))
+	}
+	c.TickEvery = d
+	return c
+}
+
+// Topology is a validated topology, ready to run.
+type Topology struct {
+	Name       string
+	Components []*Component // in declaration order
+	byName     map[string]*Component
+}
+
+// Component returns the named component or nil.
+func (t *Topology) Component(name string) *Component { return t.byName[name] }
+
+// Subscribers returns, for a component's stream, every (bolt, subscription).
+func (t *Topology) Subscribers(source, stream string) []Subscriber {
+	var out []Subscriber
+	for _, c := range t.Components {
+		for i := range c.Inputs {
+			s := &c.Inputs[i]
+			if s.Source == source && s.Stream == stream {
+				out = append(out, Subscriber{Bolt: c, Sub: s})
+			}
+		}
+	}
+	return out
+}
+
+// Subscriber is one bolt subscribed to a stream.
+type Subscriber struct {
+	Bolt *Component
+	Sub  *Subscription
+}
+
+// ErrInvalid wraps every validation error returned by Build.
+var ErrInvalid = errors.New("topology: invalid")
+
+// Build validates the declarations and returns the topology, or an error
+// listing every problem found.
+func (b *Builder) Build() (*Topology, error) {
+	errs := append([]error(nil), b.errs...)
+	if len(b.components) == 0 {
+		errs = append(errs, errors.New("the topology has no components; add at least one spout"))
+	}
+	spouts := 0
+	for _, c := range b.components {
+		if c.IsSpout() {
+			spouts++
+			continue
+		}
+		if len(c.Inputs) == 0 {
+			errs = append(errs, fmt.Errorf("bolt %q has no inputs; subscribe it with Input(component, grouping)", c.Name))
+		}
+		for i := range c.Inputs {
+			s := &c.Inputs[i]
+			src := b.byName[s.Source]
+			if src == nil {
+				errs = append(errs, fmt.Errorf("bolt %q subscribes to unknown component %q", c.Name, s.Source))
+				continue
+			}
+			fields, ok := src.Streams[s.Stream]
+			if !ok {
+				errs = append(errs, fmt.Errorf("bolt %q subscribes to stream %q of %q, which declares %s", c.Name, s.Stream, s.Source, listOrNone(src.streamOrder)))
+				continue
+			}
+			switch s.Grouping.Kind {
+			case GroupShuffle, GroupAll, GroupGlobal, GroupDirect, GroupLocalOrShuffle:
+			case GroupFields:
+				if len(s.Grouping.Fields) == 0 {
+					errs = append(errs, fmt.Errorf("bolt %q: fields grouping on %s/%s names no fields", c.Name, s.Source, s.Stream))
+				}
+				s.FieldIdx = s.FieldIdx[:0]
+				for _, f := range s.Grouping.Fields {
+					idx := fields.Index(f)
+					if idx < 0 {
+						errs = append(errs, fmt.Errorf("bolt %q groups %s/%s by field %q, which the stream does not declare (it has %s)", c.Name, s.Source, s.Stream, f, listOrNone(fields.Names())))
+						continue
+					}
+					s.FieldIdx = append(s.FieldIdx, idx)
+				}
+			default:
+				errs = append(errs, fmt.Errorf("bolt %q: subscription to %s/%s has no grouping; use topology.Shuffle(), Fields(...), All(), Global(), Direct() or LocalOrShuffle()", c.Name, s.Source, s.Stream))
+			}
+		}
+	}
+	if spouts == 0 && len(b.components) > 0 {
+		errs = append(errs, errors.New("the topology has no spout: nothing would ever emit"))
+	}
+	if cyc := b.cycle(); cyc != nil {
+		errs = append(errs, fmt.Errorf("the topology has a cycle: %s", strings.Join(cyc, " -> ")))
+	}
+	if len(errs) > 0 {
+		msgs := make([]string, len(errs))
+		for i, e := range errs {
+			msgs[i] = e.Error()
+		}
+		return nil, fmt.Errorf("%w: topology %q: %s", ErrInvalid, b.name, strings.Join(msgs, "; "))
+	}
+	return &Topology{Name: b.name, Components: b.components, byName: b.byName}, nil
+}
+
+// cycle returns one cycle of the subscription graph, or nil.
+func (b *Builder) cycle() []string {
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := map[string]int{}
+	var stack []string
+	var found []string
+	var visit func(name string) bool
+	// edges: source -> subscriber
+	next := map[string][]string{}
+	for _, c := range b.components {
+		for _, s := range c.Inputs {
+			next[s.Source] = append(next[s.Source], c.Name)
+		}
+	}
+	visit = func(n string) bool {
+		color[n] = grey
+		stack = append(stack, n)
+		for _, m := range next[n] {
+			switch color[m] {
+			case grey:
+				for i, s := range stack {
+					if s == m {
+						found = append(append([]string{}, stack[i:]...), m)
+					}
+				}
+				return true
+			case white:
+				if visit(m) {
+					return true
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[n] = black
+		return false
+	}
+	names := make([]string, 0, len(next))
+	for n := range next {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if color[n] == white && visit(n) {
+			return found
+		}
+	}
+	return nil
+}
+
+func listOrNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%q", xs)
+}

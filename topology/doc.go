@@ -1,0 +1,19 @@
+// Package topology is ackflow's user API: spouts that read sources, bolts that
+// transform records, and a builder that wires them into a DAG with groupings.
+//
+// A topology is plain Go code compiled into the worker binary. The builder
+// validates it (unknown components or streams, cycles, undeclared fields,
+// parallelism, duplicate names) and returns a *Topology that the runtime in
+// package workers executes:
+//
+//	b := topology.NewBuilder("wordcount")
+//	b.Spout("lines", newLineSpout, 1).Outputs("line")
+//	b.Bolt("split", newSplitBolt, 2).Input("lines", topology.Shuffle()).Outputs("word")
+//	b.BasicBolt("count", newCountBolt, 2).Input("split", topology.Fields("word"))
+//	topo, err := b.Build()
+//
+// Records are Values (string, []byte, int64, float64, bool, nil and nested
+// []any) read through a *Tuple by index or field name. Emits take anchors and
+// message IDs: the runtime uses them to track each source record's tree
+// (at-least-once) and ignores them in at-most-once mode.
+package topology

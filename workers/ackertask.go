@@ -1,0 +1,60 @@
+package workers
+
+import (
+	"context"
+	"time"
+
+	"github.com/ackflow/ackflow/acker"
+	"github.com/ackflow/ackflow/wire"
+)
+
+// ackerExec runs one acker task: it feeds acker messages to a Tracker and
+// sends the verdicts to the spout tasks.
+type ackerExec struct {
+	base
+	tracker  *acker.Tracker
+	verdicts []acker.Verdict
+}
+
+func (a *ackerExec) run(ctx context.Context) {
+	rotate := time.NewTicker(a.tracker.RotateEvery())
+	defer rotate.Stop()
+	linger := time.NewTicker(a.r.cfg.Linger)
+	defer linger.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-a.ctrl:
+			a.handle(f)
+			drainFrames(a.ctrl, a.handle)
+			a.out.flush()
+		case <-rotate.C:
+			a.verdicts = a.tracker.Tick(a.verdicts[:0])
+			a.publish()
+			a.out.flush()
+		case now := <-linger.C:
+			a.r.held[a.info.id].Store(int64(a.out.poll(now)))
+		}
+	}
+}
+
+func (a *ackerExec) handle(f *wire.Frame) {
+	for _, m := range f.Acks {
+		a.verdicts = a.tracker.Handle(m, a.verdicts[:0])
+		a.publish()
+	}
+}
+
+func (a *ackerExec) publish() {
+	for _, v := range a.verdicts {
+		st := int(v.SpoutTask)
+		if st < 0 || st >= len(a.r.plan.tasks) || a.r.plan.tasks[st].comp == nil || !a.r.plan.tasks[st].comp.IsSpout() {
+			a.r.tc.badFrames.Add(1)
+			continue
+		}
+		a.out.addNotice(st, wire.Notice{Type: v.Type, Tree: v.Tree})
+	}
+}
+
+func (a *ackerExec) stop(bool) {}

@@ -1,0 +1,246 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/wire"
+)
+
+// boltExec runs one bolt task and its side of the acking protocol.
+type boltExec struct {
+	base
+	bolt    topology.Bolt
+	cur     *topology.Tuple // input being executed, for unanchored child IDs
+	ticks   int64
+	one     [1]*topology.Tuple
+	panics  int
+}
+
+func newBoltExec(b base) *boltExec {
+	return &boltExec{base: b, bolt: b.info.comp.BoltFn()}
+}
+
+func (b *boltExec) run(ctx context.Context) {
+	if err := b.prepare(); err != nil {
+		b.r.abort(err)
+		return
+	}
+	linger := time.NewTicker(b.r.cfg.Linger)
+	defer linger.Stop()
+	var tick <-chan time.Time
+	if d := b.info.comp.TickEvery; d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-b.data:
+			b.process(f)
+		case f := <-b.ctrl:
+			b.onNotices(f)
+		case <-tick:
+			b.tick()
+		case now := <-linger.C:
+			b.r.held[b.info.id].Store(int64(b.out.poll(now)))
+			continue
+		}
+		if len(b.data) == 0 {
+			b.out.flush()
+		}
+	}
+}
+
+func (b *boltExec) prepare() (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("workers: bolt %s task %d panicked in Prepare: %v", b.info.name, b.info.id, p)
+		}
+	}()
+	if err := b.bolt.Prepare(b.tc, b); err != nil {
+		return fmt.Errorf("workers: bolt %s task %d: Prepare: %w", b.info.name, b.info.id, err)
+	}
+	return nil
+}
+
+func (b *boltExec) process(f *wire.Frame) {
+	plan := b.r.plan
+	for i := range f.Records {
+		rec := &f.Records[i]
+		src := &plan.tasks[rec.SrcTask]
+		so := plan.outs[src.name][rec.Stream]
+		if so == nil || len(rec.Values) != so.schema.Len() {
+			// Only a forged or corrupt frame gets here: emits are checked.
+			b.r.tc.badFrames.Add(1)
+			b.r.tc.doneRecords.Add(1)
+			continue
+		}
+		t := &topology.Tuple{ID: rec.ID, Component: src.name, Stream: rec.Stream, Task: int(rec.SrcTask), Values: rec.Values, Schema: so.schema}
+		if b.track {
+			t.Tracking().Anchors = rec.Anchors
+		}
+		b.execute(t)
+		b.r.tc.doneRecords.Add(1)
+	}
+}
+
+func (b *boltExec) execute(t *topology.Tuple) {
+	b.cc.executed.Add(1)
+	b.cur = t
+	defer func() {
+		b.cur = nil
+		if p := recover(); p != nil {
+			b.cc.panics.Add(1)
+			if b.panics++; b.panics <= 10 {
+				b.tc.Logger.Error().Interface("panic", p).Uint64("record", t.ID).Msg("Execute panicked; failing the input (logged for the first 10 panics of a task)")
+			}
+			b.Fail(t)
+		}
+	}()
+	b.bolt.Execute(t)
+}
+
+func (b *boltExec) tick() {
+	b.ticks++
+	t := &topology.Tuple{
+		ID:        topology.HashID(b.info.name, fmt.Sprint(b.info.index), "tick", fmt.Sprint(b.ticks)),
+		Component: "__system", Stream: topology.TickStream, Task: -1,
+		Schema: topology.NewSchema(),
+	}
+	b.execute(t)
+}
+
+// onNotices receives tree verdicts; bolts hold no logs yet, so there is
+// nothing to trim.
+func (b *boltExec) onNotices(*wire.Frame) {}
+
+func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topology.Tuple, values topology.Values, direct int) {
+	so := b.stream(stream, values)
+	switch {
+	case hasID:
+	case len(anchors) > 0 && anchors[0] != nil:
+		a := anchors[0].Tracking()
+		id = topology.ChildID(anchors[0].ID, so.key, a.Emitted)
+		a.Emitted++
+	case b.cur != nil:
+		c := b.cur.Tracking()
+		id = topology.ChildID(b.cur.ID, so.key, c.Emitted)
+		c.Emitted++
+	default:
+		id = b.edge()
+	}
+	b.cc.emitted.Add(1)
+	rec := wire.Record{ID: id, Stream: stream, SrcTask: int32(b.info.id), Epoch: b.w.incarnation, Values: values}
+	size := valuesSize(values)
+	b.dsts = targets(b.dsts[:0], so, values, b.w.slot, direct, b.rng)
+	for _, d := range b.dsts {
+		rec.Anchors = nil
+		if b.track {
+			rec.Anchors = b.anchorChild(anchors)
+		}
+		b.out.addRecord(d, rec, size)
+	}
+}
+
+// anchorChild draws one new edge per anchor for one send and returns the
+// child's anchors: per tree, the XOR of the edges of its anchors in that
+// tree (Storm's algorithm).
+func (b *boltExec) anchorChild(anchors []*topology.Tuple) []wire.Anchor {
+	var out []wire.Anchor
+	for _, a := range anchors {
+		if a == nil {
+			continue
+		}
+		tr := a.Tracking()
+		if len(tr.Anchors) == 0 {
+			continue
+		}
+		e := b.edge()
+		tr.AckVal ^= e
+	next:
+		for _, an := range tr.Anchors {
+			for i := range out {
+				if out[i].Tree == an.Tree {
+					out[i].Val ^= e
+					continue next
+				}
+			}
+			out = append(out, wire.Anchor{Tree: an.Tree, Val: e})
+		}
+	}
+	return out
+}
+
+// Emit implements topology.Collector.
+func (b *boltExec) Emit(anchor *topology.Tuple, values topology.Values) {
+	b.one[0] = anchor
+	anchors := b.one[:]
+	if anchor == nil {
+		anchors = nil
+	}
+	b.emit(topology.DefaultStream, false, 0, anchors, values, -1)
+	b.one[0] = nil
+}
+
+// EmitTo implements topology.Collector.
+func (b *boltExec) EmitTo(stream string, anchors []*topology.Tuple, values topology.Values) {
+	b.emit(stream, false, 0, anchors, values, -1)
+}
+
+// EmitWithID implements topology.Collector.
+func (b *boltExec) EmitWithID(stream string, id uint64, anchors []*topology.Tuple, values topology.Values) {
+	b.emit(stream, true, id, anchors, values, -1)
+}
+
+// EmitDirect implements topology.Collector.
+func (b *boltExec) EmitDirect(task int, stream string, anchors []*topology.Tuple, values topology.Values) {
+	b.emit(stream, false, 0, anchors, values, task)
+}
+
+// Ack implements topology.Collector.
+func (b *boltExec) Ack(in *topology.Tuple) {
+	tr := in.Tracking()
+	if tr.Done {
+		return
+	}
+	tr.Done = true
+	b.cc.acked.Add(1)
+	for _, a := range tr.Anchors {
+		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckAck, Tree: a.Tree, Val: a.Val ^ tr.AckVal, Task: -1})
+	}
+}
+
+// Fail implements topology.Collector.
+func (b *boltExec) Fail(in *topology.Tuple) {
+	tr := in.Tracking()
+	if tr.Done {
+		return
+	}
+	tr.Done = true
+	b.cc.failed.Add(1)
+	for _, a := range tr.Anchors {
+		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckFail, Tree: a.Tree, Task: -1})
+	}
+}
+
+// ResetTimeout implements topology.Collector.
+func (b *boltExec) ResetTimeout(in *topology.Tuple) {
+	for _, a := range in.Tracking().Anchors {
+		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckReset, Tree: a.Tree, Task: -1})
+	}
+}
+
+func (b *boltExec) stop(graceful bool) {
+	if !graceful {
+		return
+	}
+	b.out.flush()
+	if err := b.bolt.Cleanup(); err != nil {
+		b.tc.Logger.Warn().Err(err).Msg("bolt Cleanup failed")
+	}
+}

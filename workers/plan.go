@@ -1,0 +1,162 @@
+package workers
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ackflow/ackflow/topology"
+)
+
+// ackerComponent is the name of the system component whose tasks run the
+// XOR ackers.
+const ackerComponent = "__acker"
+
+// taskInfo describes one task of the plan.
+type taskInfo struct {
+	id          int
+	comp        *topology.Component // nil for ackers
+	name        string
+	index       int
+	parallelism int
+	stateful    bool // a spout, or a bolt implementing topology.Stateful
+}
+
+// route is one subscription of a stream: the tasks a record may go to.
+type route struct {
+	grouping topology.GroupingKind
+	fieldIdx []int
+	tasks    []int
+	byWorker map[int][]int // tasks per worker slot, for local-or-shuffle
+	schema   *topology.Schema
+}
+
+// streamOut is everything a component needs to emit on one stream.
+type streamOut struct {
+	name   string
+	key    uint64 // topology.StreamKey(component, stream)
+	schema *topology.Schema
+	routes []route
+}
+
+// plan is the static layout of a run: tasks, their workers and routes.
+type plan struct {
+	topo      *topology.Topology
+	tasks     []taskInfo
+	compTasks map[string][]int
+	ackers    []int
+	assign    []int // task -> worker slot
+	workers   int
+	outs      map[string]map[string]*streamOut // component -> stream -> routes
+	crashable []int                            // worker slots that hold no stateful task
+}
+
+func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
+	p := &plan{topo: topo, compTasks: map[string][]int{}, workers: cfg.Workers, outs: map[string]map[string]*streamOut{}}
+	for name := range cfg.Parallelism {
+		if topo.Component(name) == nil {
+			return nil, fmt.Errorf("workers: --parallelism names %q, which is not a component of %s (it has %s)", name, topo.Name, componentNames(topo))
+		}
+	}
+	for _, c := range topo.Components {
+		n := c.Parallelism
+		if o, ok := cfg.Parallelism[c.Name]; ok {
+			n = o
+		}
+		stateful := c.IsSpout()
+		if !stateful {
+			// Factories must be pure constructors: this probe instance is
+			// never prepared and is dropped.
+			_, stateful = topology.Unwrap(c.BoltFn()).(topology.Stateful)
+		}
+		for i := 0; i < n; i++ {
+			id := len(p.tasks)
+			p.tasks = append(p.tasks, taskInfo{id: id, comp: c, name: c.Name, index: i, parallelism: n, stateful: stateful})
+			p.compTasks[c.Name] = append(p.compTasks[c.Name], id)
+		}
+	}
+	if cfg.Guarantee != AtMostOnce {
+		for i := 0; i < cfg.Ackers; i++ {
+			id := len(p.tasks)
+			p.tasks = append(p.tasks, taskInfo{id: id, name: ackerComponent, index: i, parallelism: cfg.Ackers})
+			p.ackers = append(p.ackers, id)
+		}
+	}
+	p.place(cfg.Chaos.CrashEvery > 0)
+	for _, c := range topo.Components {
+		m := map[string]*streamOut{}
+		for _, s := range c.StreamNames() {
+			so := &streamOut{name: s, key: topology.StreamKey(c.Name, s), schema: c.Streams[s]}
+			for _, sub := range topo.Subscribers(c.Name, s) {
+				r := route{grouping: sub.Sub.Grouping.Kind, fieldIdx: sub.Sub.FieldIdx, tasks: p.compTasks[sub.Bolt.Name], schema: c.Streams[s]}
+				if r.grouping == topology.GroupLocalOrShuffle {
+					r.byWorker = map[int][]int{}
+					for _, t := range r.tasks {
+						r.byWorker[p.assign[t]] = append(r.byWorker[p.assign[t]], t)
+					}
+				}
+				so.routes = append(so.routes, r)
+			}
+			m[s] = so
+		}
+		p.outs[c.Name] = m
+	}
+	return p, nil
+}
+
+// place spreads tasks over worker slots round-robin. When crashes will be
+// injected, spouts and stateful bolts go to slot 0 and everything else to
+// the other slots: before checkpoints exist, a stateful task's state dies
+// with its worker, so a crash test can only target stateless workers.
+func (p *plan) place(protectStateful bool) {
+	p.assign = make([]int, len(p.tasks))
+	next := 0
+	for i, t := range p.tasks {
+		switch {
+		case protectStateful && t.stateful:
+			p.assign[i] = 0
+		case protectStateful:
+			p.assign[i] = 1 + next%(p.workers-1)
+			next++
+		default:
+			p.assign[i] = next % p.workers
+			next++
+		}
+	}
+	for s := 0; s < p.workers; s++ {
+		ok := true
+		for i, t := range p.tasks {
+			if p.assign[i] == s && t.stateful {
+				ok = false
+			}
+		}
+		if ok {
+			p.crashable = append(p.crashable, s)
+		}
+	}
+}
+
+// ackerFor is the acker task that tracks tree.
+func (p *plan) ackerFor(tree uint64) int { return p.ackers[tree%uint64(len(p.ackers))] }
+
+// describe renders the placement for logs: "worker 0: lines[0] count[0]; ...".
+func (p *plan) describe() string {
+	per := make([][]string, p.workers)
+	for i, t := range p.tasks {
+		per[p.assign[i]] = append(per[p.assign[i]], fmt.Sprintf("%s[%d]", t.name, t.index))
+	}
+	parts := make([]string, p.workers)
+	for s := range per {
+		parts[s] = fmt.Sprintf("worker %d: %s", s, strings.Join(per[s], " "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func componentNames(t *topology.Topology) string {
+	var names []string
+	for _, c := range t.Components {
+		names = append(names, c.Name)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
