@@ -78,19 +78,13 @@ func (l *Link) Send(dst int, f *wire.Frame) {
 }
 
 func (l *Link) route(dst int, f *wire.Frame) {
-	if l.cfg.Delay > 0 && l.rng.Float64() < l.cfg.DelayProb {
-		d := time.Duration(l.rng.Int64N(int64(l.cfg.Delay) + 1))
-		l.cnt.FramesDelayed.Add(1)
-		l.delayed = append(l.delayed, delayedFrame{due: time.Now().Add(d), dst: dst, f: f})
-		return
-	}
 	if l.cfg.Reorder > 0 {
 		if l.held != nil {
 			// The held frame goes after the one that overtook it.
 			h := l.held
 			l.held = nil
-			l.next(dst, f)
-			l.next(h.dst, h.f)
+			l.delay(dst, f)
+			l.delay(h.dst, h.f)
 			return
 		}
 		if l.rng.Float64() < l.cfg.Reorder {
@@ -98,6 +92,16 @@ func (l *Link) route(dst int, f *wire.Frame) {
 			l.held = &heldFrame{dst: dst, f: f}
 			return
 		}
+	}
+	l.delay(dst, f)
+}
+
+func (l *Link) delay(dst int, f *wire.Frame) {
+	if l.cfg.Delay > 0 && l.rng.Float64() < l.cfg.DelayProb {
+		d := time.Duration(l.rng.Int64N(int64(l.cfg.Delay) + 1))
+		l.cnt.FramesDelayed.Add(1)
+		l.delayed = append(l.delayed, delayedFrame{due: time.Now().Add(d), dst: dst, f: f})
+		return
 	}
 	l.next(dst, f)
 }

@@ -40,6 +40,9 @@ func (a *ackerExec) run(ctx context.Context) {
 }
 
 func (a *ackerExec) handle(f *wire.Frame) {
+	if !a.admit(f) {
+		return
+	}
 	for _, m := range f.Acks {
 		a.verdicts = a.tracker.Handle(m, a.verdicts[:0])
 		a.publish()

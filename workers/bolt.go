@@ -12,11 +12,11 @@ import (
 // boltExec runs one bolt task and its side of the acking protocol.
 type boltExec struct {
 	base
-	bolt    topology.Bolt
-	cur     *topology.Tuple // input being executed, for unanchored child IDs
-	ticks   int64
-	one     [1]*topology.Tuple
-	panics  int
+	bolt   topology.Bolt
+	cur    *topology.Tuple // input being executed, for unanchored child IDs
+	ticks  int64
+	one    [1]*topology.Tuple
+	panics int
 }
 
 func newBoltExec(b base) *boltExec {
@@ -41,9 +41,13 @@ func (b *boltExec) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case f := <-b.data:
-			b.process(f)
+			if b.admit(f) {
+				b.process(f)
+			}
 		case f := <-b.ctrl:
-			b.onNotices(f)
+			if b.admit(f) {
+				b.onNotices(f)
+			}
 		case <-tick:
 			b.tick()
 		case now := <-linger.C:

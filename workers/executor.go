@@ -20,7 +20,8 @@ type base struct {
 	tc    topology.TaskContext
 	outs  map[string]*streamOut
 	dsts  []int // scratch for targets
-	track bool  // at-least-once: anchors and acker messages
+	ff    *frameFilter
+	track bool // at-least-once: anchors and acker messages
 }
 
 func newBase(ctx context.Context, t *task) base {
@@ -31,6 +32,7 @@ func newBase(ctx context.Context, t *task) base {
 		out:   newOutbox(ctx, t.w, t.info.id),
 		rng:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		track: r.cfg.Guarantee != AtMostOnce,
+		ff:    newFrameFilter(len(r.plan.tasks)),
 	}
 	if t.info.comp != nil {
 		b.cc = r.comps[t.info.name]
@@ -42,6 +44,17 @@ func newBase(ctx context.Context, t *task) base {
 		}
 	}
 	return b
+}
+
+// admit filters out frames delivered twice (and from stale senders). In
+// at-most-once mode a frame too old to check is dropped too.
+func (b *base) admit(f *wire.Frame) bool {
+	if b.ff.admit(f, !b.track) {
+		return true
+	}
+	b.r.tc.dupFrames.Add(1)
+	b.r.tc.doneRecords.Add(int64(len(f.Records)))
+	return false
 }
 
 // edge returns a random non-zero edge or tree ID.

@@ -229,7 +229,7 @@ func (r *run) summary(elapsed time.Duration, crashes int64) *Summary {
 		NATSMessagesIn: r.tc.natsMsgsIn.Load(), NATSBytesIn: r.tc.natsBytesIn.Load(),
 		NATSRecordsOut: r.tc.natsRecordsOut.Load(), LocalRecords: r.tc.localRecords.Load(),
 		AckMessages: r.tc.ackMsgs.Load(), BadFrames: r.tc.badFrames.Load(),
-		FencedRecords: r.tc.fencedRecords.Load(), CtrlDropped: r.tc.ctrlDropped.Load(),
+		FencedRecords: r.tc.fencedRecords.Load(), CtrlDropped: r.tc.ctrlDropped.Load(), DuplicateFrames: r.tc.dupFrames.Load(),
 		PublishErrors: r.tc.publishErrors.Load(), Unaccounted: max(0, r.inFlight()),
 		Crashes: int(crashes), Recoveries: r.recov.list(),
 		Chaos: ChaosSummary{
@@ -466,4 +466,3 @@ func (s *supervisor) shutdownAll() {
 }
 
 func (s *supervisor) close() { s.nc.Close() }
-

@@ -28,6 +28,7 @@ type outbox struct {
 	link      *chaos.Link // nil without chaos
 	enc       []byte
 	lastFlush time.Time
+	seq       []uint64 // frames sent per destination
 }
 
 func newOutbox(ctx context.Context, w *Worker, src int) *outbox {
@@ -36,7 +37,7 @@ func newOutbox(ctx context.Context, w *Worker, src int) *outbox {
 		ctx: ctx, w: w, src: src, size: w.r.cfg.BatchSize,
 		recs: make([][]wire.Record, n), recBytes: make([]int, n),
 		acks: make([][]wire.AckMsg, n), notices: make([][]wire.Notice, n),
-		isDirty: make([]bool, n), lastFlush: time.Now(),
+		isDirty: make([]bool, n), lastFlush: time.Now(), seq: make([]uint64, n),
 	}
 	if w.r.cfg.Chaos.Enabled() {
 		o.link = chaos.NewLink(w.r.cfg.Chaos, src, o.transmit, &w.r.chaosCnt)
@@ -131,6 +132,8 @@ func (o *outbox) poll(now time.Time) int {
 }
 
 func (o *outbox) send(dst int, f *wire.Frame) {
+	o.seq[dst]++
+	f.Src, f.Epoch, f.Seq = int32(o.src), o.w.incarnation, o.seq[dst]
 	if o.link != nil {
 		o.link.Send(dst, f)
 		o.w.r.held[o.src].Store(int64(o.link.Waiting()))

@@ -162,6 +162,9 @@ func (s *spoutExec) deliver() {
 }
 
 func (s *spoutExec) onNotices(f *wire.Frame) {
+	if !s.admit(f) {
+		return
+	}
 	now := time.Now()
 	for _, n := range f.Notices {
 		p := s.pending[n.Tree]

@@ -22,17 +22,18 @@ type componentCounters struct {
 
 // transportCounters count frames and records per worker and for the run.
 type transportCounters struct {
-	natsMsgsOut, natsBytesOut   atomic.Int64
-	natsMsgsIn, natsBytesIn     atomic.Int64
-	natsRecordsOut              atomic.Int64
-	localFrames, localRecords   atomic.Int64
-	badFrames                   atomic.Int64 // did not decode: counted and dropped
-	fencedRecords               atomic.Int64 // from a stale epoch: dropped
-	ctrlDropped                 atomic.Int64 // control frames dropped on a full inbox
-	publishErrors               atomic.Int64
-	sentRecords, doneRecords    atomic.Int64 // for the end-of-run accounting
-	discardedRecords            atomic.Int64 // dropped by a stopping task
-	ackMsgs                     atomic.Int64
+	natsMsgsOut, natsBytesOut atomic.Int64
+	natsMsgsIn, natsBytesIn   atomic.Int64
+	natsRecordsOut            atomic.Int64
+	localFrames, localRecords atomic.Int64
+	badFrames                 atomic.Int64 // did not decode: counted and dropped
+	fencedRecords             atomic.Int64 // from a stale epoch: dropped
+	ctrlDropped               atomic.Int64 // control frames dropped on a full inbox
+	publishErrors             atomic.Int64
+	sentRecords, doneRecords  atomic.Int64 // for the end-of-run accounting
+	discardedRecords          atomic.Int64 // dropped by a stopping task
+	ackMsgs                   atomic.Int64
+	dupFrames                 atomic.Int64 // delivered twice: dropped
 }
 
 // histogram is a lock-free log-scale histogram of durations: 16 buckets per
@@ -117,6 +118,7 @@ type Summary struct {
 	BadFrames                     int64
 	FencedRecords                 int64
 	CtrlDropped                   int64
+	DuplicateFrames               int64 // frames the network delivered twice, dropped
 	PublishErrors                 int64
 	// Unaccounted are records sent but never processed nor known to be
 	// dropped when the run ended: lost in transit (at-most-once) or in a

@@ -2,7 +2,9 @@ package wordcount_test
 
 import (
 	"context"
+
 	"fmt"
+	"github.com/ackflow/ackflow/chaos"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -103,23 +105,109 @@ func TestWordCountExactAtMostOnce(t *testing.T) {
 	fmt.Printf("%d records in %v (%.0f/s), %d NATS msgs\n", sum.Records, sum.Duration, sum.RecordsPerSec, sum.NATSMessagesOut)
 }
 
-func TestWordCountAtLeastOnceNoChaos(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	path, oracle := randomText(t, 30000, 43)
-	job, err := wordcount.New(wordcount.Config{Input: path, Lines: 2, Split: 3, Count: 3})
+// atLeast checks the at-least-once promise: every word of the oracle is
+// there and none is counted less often than it occurs.
+func atLeast(t *testing.T, got, want map[string]int64) {
+	t.Helper()
+	bad := 0
+	for w, n := range want {
+		if got[w] < n {
+			if bad++; bad <= 10 {
+				t.Errorf("word %q: counted %d, occurs %d times", w, got[w], n)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d words lost", bad)
+	}
+}
+
+// atMost checks the at-most-once promise: nothing is counted more often
+// than it occurs, and nothing is invented.
+func atMost(t *testing.T, got, want map[string]int64) {
+	t.Helper()
+	for w, n := range got {
+		if n > want[w] {
+			t.Fatalf("word %q: counted %d, occurs only %d times", w, n, want[w])
+		}
+	}
+}
+
+func runWordCount(t *testing.T, lines int, seed uint64, edit func(*workers.Config)) (*workers.Summary, map[string]int64, map[string]int64) {
+	t.Helper()
+	path, oracle := randomText(t, lines, seed)
+	job, err := wordcount.New(wordcount.Config{Input: path, Lines: 1, Split: 3, Count: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := workers.DefaultConfig()
 	cfg.Workers = 3
-	cfg.Guarantee = workers.AtLeastOnce
 	cfg.Ackers = 2
+	cfg.MessageTimeout = time.Second
+	edit(&cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sum, err := workers.RunLocal(ctx, job.Topology, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%+v", sum)
-	compare(t, job.Counts.Map(), oracle)
+	t.Logf("%d records in %v; spout: acked %d failed %d replayed %d timed out %d; chaos %+v; crashes %d, recoveries %v",
+		sum.Records, sum.Duration, sum.Component("lines").Acked, sum.Component("lines").Failed,
+		sum.Component("lines").Replayed, sum.Component("lines").TimedOut, sum.Chaos, sum.Crashes, sum.Recoveries)
+	return sum, job.Counts.Map(), oracle
+}
+
+var lossy = chaos.Config{Drop: 0.05, Dup: 0.01, Reorder: 0.1, Delay: 2 * time.Millisecond, DelayProb: 0.3, Seed: 7}
+
+func TestAtLeastOnceNoChaosIsExact(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	_, got, oracle := runWordCount(t, 20000, 43, func(c *workers.Config) { c.Guarantee = workers.AtLeastOnce })
+	compare(t, got, oracle)
+}
+
+func TestAtLeastOnceUnderLossyChaos(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	sum, got, oracle := runWordCount(t, 20000, 44, func(c *workers.Config) {
+		c.Guarantee = workers.AtLeastOnce
+		c.Chaos = lossy
+		c.BatchSize = 64
+	})
+	atLeast(t, got, oracle)
+	if sum.Chaos.RecordsDropped == 0 || sum.Component("lines").Replayed == 0 {
+		t.Fatalf("chaos dropped nothing or nothing was replayed; the test proves nothing")
+	}
+}
+
+func TestAtMostOnceUnderLossyChaosEnds(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	sum, got, oracle := runWordCount(t, 20000, 45, func(c *workers.Config) {
+		c.Chaos = lossy
+		c.BatchSize = 64
+	})
+	atMost(t, got, oracle)
+	if sum.Chaos.RecordsDropped == 0 || sum.Chaos.FramesDuplicated == 0 {
+		t.Fatalf("chaos did not drop and duplicate; the test proves nothing: %+v", sum.Chaos)
+	}
+}
+
+func TestAtLeastOnceWithWorkerCrashes(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	sum, got, oracle := runWordCount(t, 60000, 46, func(c *workers.Config) {
+		c.Guarantee = workers.AtLeastOnce
+		c.Chaos = chaos.Config{CrashEvery: 700 * time.Millisecond, Seed: 5}
+		c.MessageTimeout = 20 * time.Second // recovery must not come from timeouts
+		c.MaxSpoutPending = 512
+	})
+	atLeast(t, got, oracle)
+	if sum.Crashes == 0 || len(sum.Recoveries) == 0 {
+		t.Fatalf("no crash happened or none recovered: %d crashes, recoveries %v", sum.Crashes, sum.Recoveries)
+	}
+	if sum.Component("lines").TimedOut > 0 {
+		t.Fatalf("%d trees waited for the message timeout; crashes must be detected", sum.Component("lines").TimedOut)
+	}
+	for _, d := range sum.Recoveries {
+		if d > 10*time.Second {
+			t.Fatalf("recovery took %v", d)
+		}
+	}
 }

@@ -1,0 +1,32 @@
+// Package wire is the frame codec: it turns a batch of records, acker
+// messages or acker notices into the bytes of one NATS message and back.
+//
+// The format is versioned, compact and binary. Every frame starts with a
+// three-byte header and an item count:
+//
+//	0xAF        magic, so that a stray message on an ackflow subject is refused
+//	Version     one byte; a frame of another version is refused with ErrVersion
+//	Kind        one byte: KindData, KindAck or KindNotice
+//	uvarint     number of items
+//
+// followed by the items, with no padding and nothing after the last one.
+// Integers are unsigned varints (uvarint), zigzag varints (varint) or, for
+// the random-looking 64-bit IDs that varints cannot shrink, 8 bytes little
+// endian (u64):
+//
+//	record  ID u64, Epoch uvarint, SrcTask varint, Stream (uvarint length,
+//	        bytes), anchor count uvarint, anchors (Tree u64, Val u64),
+//	        value count uvarint, values
+//	value   tag byte, then: nil, false, true: nothing; int64: varint;
+//	        float64: IEEE 754 bits u64; string, []byte: uvarint length,
+//	        bytes; list: uvarint count, values (lists nest at most MaxDepth)
+//	ack     Type byte, Tree u64, Val u64, Task varint
+//	notice  Type byte, Tree u64
+//
+// DecodeFrame never panics and bounds every count by the bytes that remain,
+// so a corrupt or truncated message costs an error, never a crash or a huge
+// allocation: the receiver counts it and drops it (DESIGN.md section 9).
+// It fills a caller's Frame in place and reuses its slices, so a receive
+// loop that decodes into one Frame allocates little more than the string
+// values themselves.
+package wire

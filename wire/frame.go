@@ -1,0 +1,99 @@
+package wire
+
+// Version is the frame format version written by this build. A frame whose
+// version byte differs is refused with ErrVersion.
+const Version = 1
+
+// Kind says what a frame carries.
+type Kind uint8
+
+const (
+	// KindData carries records to a task.
+	KindData Kind = 1
+	// KindAck carries acker messages (INIT, ACK, FAIL, RESET) to an acker task.
+	KindAck Kind = 2
+	// KindNotice carries acker verdicts (tree complete or failed) to the tasks
+	// that asked to hear about a tree.
+	KindNotice Kind = 3
+)
+
+// Anchor ties a record to one tree: Tree is the tree (root attempt) ID, Val
+// is the XOR of the edge IDs by which this record belongs to that tree.
+type Anchor struct {
+	Tree uint64
+	Val  uint64
+}
+
+// Record is one record in flight with its envelope. The runtime uses the same
+// struct in memory, so a record delivered inside one process is never encoded.
+type Record struct {
+	ID      uint64   // deterministic record ID (DESIGN.md section 3)
+	Stream  string   // output stream of the emitting component
+	SrcTask int32    // task that emitted it
+	Epoch   uint64   // fencing epoch of the emitting task's owner
+	Anchors []Anchor // empty when the record is not tracked
+	Values  []any    // string, []byte, int64, float64, bool, nil or []any of those
+}
+
+// AckType is the type of an acker message.
+type AckType uint8
+
+const (
+	AckInit  AckType = 1 // spout: tree Tree starts, Val = XOR of the root edges, Task = spout task
+	AckAck   AckType = 2 // bolt: Val = input edge XOR child edges; Task = task holding log entries or -1
+	AckFail  AckType = 3 // fail tree Tree at once
+	AckReset AckType = 4 // reset tree Tree's timeout
+)
+
+// AckMsg is one message to an acker task.
+type AckMsg struct {
+	Type AckType
+	Tree uint64
+	Val  uint64
+	Task int32
+}
+
+// NoticeType is the acker's verdict on a tree.
+type NoticeType uint8
+
+const (
+	NoticeComplete NoticeType = 1
+	NoticeFailed   NoticeType = 2
+)
+
+// Notice tells a task that a tree completed or failed.
+type Notice struct {
+	Type NoticeType
+	Tree uint64
+}
+
+// Frame is one NATS message: a batch of one kind, addressed to one task.
+// Only the slice that matches Kind is used.
+//
+// Src, Epoch and Seq name the frame: Seq counts the frames one incarnation
+// (Epoch) of task Src has sent to one destination, from 1. Receivers use
+// them to drop a frame the network delivered twice, which would otherwise
+// be processed twice (breaking at-most-once) or XOR an ack in twice
+// (stalling its tree until the timeout).
+type Frame struct {
+	Kind    Kind
+	Src     int32
+	Epoch   uint64
+	Seq     uint64
+	Records []Record
+	Acks    []AckMsg
+	Notices []Notice
+}
+
+// Len is the number of items the frame carries.
+func (f *Frame) Len() int {
+	switch f.Kind {
+	case KindData:
+		return len(f.Records)
+	case KindAck:
+		return len(f.Acks)
+	case KindNotice:
+		return len(f.Notices)
+	}
+	return 0
+}
