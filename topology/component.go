@@ -180,4 +180,3 @@ func Unwrap(b Bolt) any {
 	}
 	return b
 }
-

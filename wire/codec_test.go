@@ -184,7 +184,9 @@ func TestEncodeErrors(t *testing.T) {
 
 func TestDecodeErrors(t *testing.T) {
 	// src 0, epoch 0, seq 0 follow the kind byte.
-	hdr := func(kind Kind, rest ...byte) []byte { return append([]byte{magic, Version, byte(kind), 0, 0, 0}, rest...) }
+	hdr := func(kind Kind, rest ...byte) []byte {
+		return append([]byte{magic, Version, byte(kind), 0, 0, 0}, rest...)
+	}
 	// A data frame with one record: ID, epoch 0, task 0, empty stream, no
 	// anchors, then the given value count and values.
 	oneRecord := func(values ...byte) []byte {

@@ -51,6 +51,9 @@ func (a *ackerExec) handle(f *wire.Frame) {
 
 func (a *ackerExec) publish() {
 	for _, v := range a.verdicts {
+		if v.SpoutTask == acker.NoSpout {
+			continue // a FAIL before its INIT: the spout hears when the INIT comes
+		}
 		st := int(v.SpoutTask)
 		if st < 0 || st >= len(a.r.plan.tasks) || a.r.plan.tasks[st].comp == nil || !a.r.plan.tasks[st].comp.IsSpout() {
 			a.r.tc.badFrames.Add(1)

@@ -248,4 +248,3 @@ func (p *progress) finish() {
 		fmt.Fprintln(os.Stderr)
 	}
 }
-
