@@ -17,10 +17,26 @@ type boltExec struct {
 	ticks  int64
 	one    [1]*topology.Tuple
 	panics int
+	inputs [][]input // by source task: the streams subscribed from it
+}
+
+// input is a stream a bolt subscribes to.
+type input struct {
+	stream string
+	schema *topology.Schema
 }
 
 func newBoltExec(b base) *boltExec {
-	return &boltExec{base: b, bolt: b.info.comp.BoltFn()}
+	be := &boltExec{base: b, bolt: b.info.comp.BoltFn()}
+	plan := b.r.plan
+	be.inputs = make([][]input, len(plan.tasks))
+	for _, sub := range b.info.comp.Inputs {
+		schema := plan.topo.Component(sub.Source).Streams[sub.Stream]
+		for _, t := range plan.compTasks[sub.Source] {
+			be.inputs[t] = append(be.inputs[t], input{stream: sub.Stream, schema: schema})
+		}
+	}
+	return be
 }
 
 func (b *boltExec) run(ctx context.Context) {
@@ -76,21 +92,39 @@ func (b *boltExec) process(f *wire.Frame) {
 	plan := b.r.plan
 	for i := range f.Records {
 		rec := &f.Records[i]
-		src := &plan.tasks[rec.SrcTask]
-		so := plan.outs[src.name][rec.Stream]
-		if so == nil || len(rec.Values) != so.schema.Len() {
+		schema := b.subscribed(rec)
+		if schema == nil {
 			// Only a forged or corrupt frame gets here: emits are checked.
 			b.r.tc.badFrames.Add(1)
 			b.r.tc.doneRecords.Add(1)
 			continue
 		}
-		t := &topology.Tuple{ID: rec.ID, Component: src.name, Stream: rec.Stream, Task: int(rec.SrcTask), Values: rec.Values, Schema: so.schema}
+		src := &plan.tasks[rec.SrcTask]
+		t := &topology.Tuple{ID: rec.ID, Component: src.name, Stream: rec.Stream, Task: int(rec.SrcTask), Values: rec.Values, Schema: schema}
 		if b.track {
 			t.Tracking().Anchors = rec.Anchors
 		}
 		b.execute(t)
 		b.r.tc.doneRecords.Add(1)
 	}
+}
+
+// subscribed returns the schema of rec's stream if this bolt subscribes to
+// it and the values fit, else nil.
+func (b *boltExec) subscribed(rec *wire.Record) *topology.Schema {
+	src := int(rec.SrcTask)
+	if src < 0 || src >= len(b.inputs) {
+		return nil
+	}
+	for _, in := range b.inputs[src] {
+		if in.stream == rec.Stream {
+			if len(rec.Values) != in.schema.Len() {
+				return nil
+			}
+			return in.schema
+		}
+	}
+	return nil
 }
 
 func (b *boltExec) execute(t *topology.Tuple) {

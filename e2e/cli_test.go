@@ -1,0 +1,206 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ackflow-e2e-*")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "ackflow")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/ackflow")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building ackflow:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// ackflow runs the binary with a deadline and returns stdout and stderr.
+func ackflow(t *testing.T, timeout time.Duration, args ...string) (string, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+// writeText writes about size bytes of random text and returns the word
+// counts computed here, independently of ackflow: words are maximal runs of
+// letters and digits, lowercased.
+func writeText(t *testing.T, path string, size int, seed uint64) map[string]int64 {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 9))
+	vocab := make([]string, 20000)
+	for i := range vocab {
+		var b strings.Builder
+		for j := 0; j < 1+rng.IntN(10); j++ {
+			b.WriteByte("abcdefghijklmnopqrstuvwxyz0123456789"[rng.IntN(36)])
+		}
+		vocab[i] = b.String()
+	}
+	zipf := rand.NewZipf(rng, 1.1, 2, uint64(len(vocab)-1))
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	written := 0
+	for written < size {
+		n := rng.IntN(20)
+		for j := 0; j < n; j++ {
+			word := vocab[zipf.Uint64()]
+			sep := []string{" ", " ", ", ", "; ", " (", ") ", "\t"}[rng.IntN(7)]
+			if rng.IntN(20) == 0 {
+				word = strings.ToUpper(word)
+			}
+			written += len(word) + len(sep)
+			w.WriteString(word)
+			w.WriteString(sep)
+		}
+		if rng.IntN(50) == 0 {
+			w.WriteString("\r") // Windows line ending now and then
+			written++
+		}
+		w.WriteByte('\n')
+		written++
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	// The oracle reads the file back and splits it with its own code.
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oracle := map[string]int64{}
+	start := -1
+	for i, r := range string(data) + " " {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			if start < 0 {
+				start = i
+			}
+			continue
+		}
+		if start >= 0 {
+			oracle[strings.ToLower(string(data[start:i]))]++
+			start = -1
+		}
+	}
+	return oracle
+}
+
+func readCounts(t *testing.T, path string) map[string]int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		w, c, ok := strings.Cut(sc.Text(), "\t")
+		n, err := strconv.ParseInt(c, 10, 64)
+		if !ok || err != nil {
+			t.Fatalf("bad output line %q", sc.Text())
+		}
+		m[w] = n
+	}
+	return m
+}
+
+func TestWordCount50MBExact(t *testing.T) {
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in.txt"), filepath.Join(dir, "counts.tsv")
+	oracle := writeText(t, in, 50<<20, 1)
+	stdout, stderr, err := ackflow(t, 10*time.Minute, "run", "wordcount", "--input", in, "--output", out, "--workers", "3")
+	if err != nil {
+		t.Fatalf("ackflow run failed: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	t.Log(stdout)
+	got := readCounts(t, out)
+	if len(got) != len(oracle) {
+		t.Errorf("%d distinct words in the output, %d in the input", len(got), len(oracle))
+	}
+	bad := 0
+	for w, n := range oracle {
+		if got[w] != n {
+			if bad++; bad < 10 {
+				t.Errorf("%q: got %d, want %d", w, got[w], n)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d words differ", bad)
+	}
+	m := regexp.MustCompile(`\((\d+) records crossed NATS`).FindStringSubmatch(stdout)
+	if m == nil || m[1] == "0" {
+		t.Fatalf("the summary does not show records crossing NATS:\n%s", stdout)
+	}
+}
+
+func TestRunRefusesWhatDoesNotExist(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "wordcount", "--guarantee", "exactly-once"}, "checkpoints"},
+		{[]string{"run", "wordcount", "--guarantee", "twice"}, "unknown guarantee"},
+		{[]string{"run", "nosuchjob"}, "unknown job"},
+		{[]string{"run", "wordcount", "--input", "/nonexistent/file"}, "no such file"},
+		{[]string{"run", "wordcount", "--parallelism", "split=x"}, "component=N"},
+		{[]string{"run", "wordcount", "--parallelism", "nope=2"}, "not a component"},
+		{[]string{"run", "wordcount", "--chaos", "drop=2"}, "probability"},
+		{[]string{"run", "wordcount", "--workers", "0"}, "workers"},
+	}
+	for _, c := range cases {
+		_, stderr, err := ackflow(t, time.Minute, c.args...)
+		if err == nil {
+			t.Errorf("%v: succeeded, want an error", c.args)
+			continue
+		}
+		if !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: stderr %q does not mention %q", c.args, stderr, c.want)
+		}
+	}
+}
+
+func TestRunBundledAtLeastOnceWithChaos(t *testing.T) {
+	stdout, stderr, err := ackflow(t, 3*time.Minute, "run", "wordcount", "--guarantee", "at-least-once", "--workers", "3",
+		"--chaos", "drop=0.05,dup=0.02,reorder=0.05,seed=3", "--message-timeout", "1s", "--batch", "64")
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "1.    the") || !strings.Contains(stdout, "chaos:") {
+		t.Fatalf("unexpected output:\n%s", stdout)
+	}
+}

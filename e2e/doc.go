@@ -1,0 +1,4 @@
+// Package e2e holds tests that build the ackflow binary and run it as a
+// real process. They are behind the e2e build tag because they take longer
+// than unit tests: run them with `go test -tags e2e ./e2e/` (.ci/run does).
+package e2e

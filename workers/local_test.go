@@ -1,0 +1,240 @@
+package workers_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ackflow/ackflow/embednats"
+	"github.com/ackflow/ackflow/flowtest"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/wire"
+	"github.com/ackflow/ackflow/workers"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+)
+
+// numbers emits 0..n-1, pacing itself so that a run lasts about d.
+type numbers struct {
+	n, next int64
+	d       time.Duration
+	start   time.Time
+	out     topology.SpoutCollector
+	stream  string
+}
+
+func (s *numbers) Open(_ topology.TaskContext, out topology.SpoutCollector) error {
+	s.out, s.start = out, time.Now()
+	if s.stream == "" {
+		s.stream = topology.DefaultStream
+	}
+	return nil
+}
+
+func (s *numbers) Next(context.Context) error {
+	if s.next >= s.n {
+		return topology.ErrExhausted
+	}
+	if s.d > 0 && time.Since(s.start) < time.Duration(float64(s.d)*float64(s.next)/float64(s.n)) {
+		return nil
+	}
+	for i := 0; i < 50 && s.next < s.n; i++ {
+		s.out.EmitTo(s.stream, topology.MsgID{Offset: s.next}, topology.Values{s.next})
+		s.next++
+	}
+	return nil
+}
+
+func (s *numbers) Ack(topology.MsgID)  {}
+func (s *numbers) Fail(topology.MsgID) {}
+func (s *numbers) Close() error        { return nil }
+
+func numbersTopology(t *testing.T, name string, spout func() topology.Spout, mid func() topology.Bolt, sink *flowtest.Sink) *topology.Topology {
+	t.Helper()
+	b := topology.NewBuilder(name)
+	b.Spout("numbers", spout, 1).Outputs("n")
+	b.Bolt("mid", mid, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+	b.Bolt("sink", sink.Bolt, 1).Input("mid", topology.Global())
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+// pass forwards its input, anchored.
+type pass struct{ out topology.Collector }
+
+func (p *pass) Prepare(_ topology.TaskContext, out topology.Collector) error {
+	p.out = out
+	return nil
+}
+func (p *pass) Execute(in *topology.Tuple) {
+	p.out.Emit(in, in.Values)
+	p.out.Ack(in)
+}
+func (p *pass) Cleanup() error { return nil }
+
+func exactlyOnceEach(t *testing.T, sink *flowtest.Sink, n int64) {
+	t.Helper()
+	seen := map[int64]int{}
+	for _, v := range sink.Values() {
+		seen[v[0].(int64)]++
+	}
+	for i := int64(0); i < n; i++ {
+		if seen[i] != 1 {
+			t.Fatalf("record %d reached the sink %d times", i, seen[i])
+		}
+	}
+}
+
+func TestGarbageFramesAreCountedAndDropped(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv, err := embednats.Start(embednats.Config{NoJetStream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	const n = 20000
+	sink := flowtest.NewSink()
+	topo := numbersTopology(t, "garbage", func() topology.Spout { return &numbers{n: n, d: 1500 * time.Millisecond} },
+		func() topology.Bolt { return &pass{} }, sink)
+
+	good, err := wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindData, Src: 0, Epoch: 1, Seq: 1 << 40, Records: []wire.Record{
+		{ID: 1, Stream: "default", SrcTask: 0, Epoch: 1, Values: []any{int64(1)}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongVersion := append([]byte(nil), good...)
+	wrongVersion[1] = wire.Version + 1
+	ack, _ := wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindAck, Acks: []wire.AckMsg{{Type: wire.AckAck, Tree: 1, Val: 2}}})
+	badSrc, _ := wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindData, Records: []wire.Record{{ID: 9, Stream: "default", SrcTask: 99, Values: []any{int64(1)}}}})
+	rng := rand.New(rand.NewPCG(1, 2))
+	var garbage [][]byte
+	for i := 0; i < 20; i++ {
+		b := make([]byte, rng.IntN(200))
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		garbage = append(garbage, b)
+	}
+	for cut := 1; cut < len(good); cut += 3 {
+		garbage = append(garbage, good[:cut])
+	}
+	garbage = append(garbage, wrongVersion, ack, badSrc)
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		nc, err := nats.Connect(srv.URL())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer nc.Close()
+		time.Sleep(300 * time.Millisecond) // the run is under way
+		for _, subj := range []string{"ackflow.garbage.task.1", "ackflow.garbage.task.2", "ackflow.garbage.task.3"} {
+			for _, g := range garbage {
+				nc.Publish(subj, g)
+			}
+		}
+		nc.Flush()
+	}()
+	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{Workers: 2, Configure: func(c *workers.Config) { c.NATSURL = srv.URL() }})
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every frame but the unsequenced valid one to task 1 counts as bad:
+	// random bytes, truncations, wrong version, wrong kind, unknown source.
+	want := int64(3*len(garbage) - 3)
+	if sum.BadFrames < want {
+		t.Fatalf("counted %d bad frames, published at least %d", sum.BadFrames, want)
+	}
+	// The run was not disturbed: every record arrived exactly once (the one
+	// forged record with a valid envelope may add a "1").
+	seen := map[int64]int{}
+	for _, v := range sink.Values() {
+		seen[v[0].(int64)]++
+	}
+	for i := int64(0); i < n; i++ {
+		if seen[i] < 1 || (i != 1 && seen[i] != 1) {
+			t.Fatalf("record %d reached the sink %d times", i, seen[i])
+		}
+	}
+}
+
+// flaky panics the first time it sees a multiple of 97.
+type flaky struct {
+	out  topology.Collector
+	mu   *sync.Mutex
+	seen map[int64]bool
+}
+
+func (f *flaky) Prepare(_ topology.TaskContext, out topology.Collector) error {
+	f.out = out
+	return nil
+}
+
+func (f *flaky) Execute(in *topology.Tuple) {
+	n, _ := in.Int(0)
+	f.mu.Lock()
+	first := !f.seen[n]
+	f.seen[n] = true
+	f.mu.Unlock()
+	if n%97 == 0 && first {
+		panic("flaky bolt")
+	}
+	f.out.Emit(in, in.Values)
+	f.out.Ack(in)
+}
+func (f *flaky) Cleanup() error { return nil }
+
+func TestPanickingBoltFailsInputAndReplays(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 3000
+	sink := flowtest.NewSink()
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	topo := numbersTopology(t, "flaky", func() topology.Spout { return &numbers{n: n} },
+		func() topology.Bolt { return &flaky{mu: &mu, seen: seen} }, sink)
+	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{Guarantee: workers.AtLeastOnce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid := sum.Component("mid")
+	if mid.Panics != (n+96)/97 {
+		t.Fatalf("%d panics, want %d", mid.Panics, (n+96)/97)
+	}
+	if sum.Component("numbers").Replayed < mid.Panics {
+		t.Fatalf("%d replays for %d failed inputs", sum.Component("numbers").Replayed, mid.Panics)
+	}
+	exactlyOnceEach(t, sink, n)
+}
+
+func TestEmitOnUndeclaredStreamIsReported(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	sink := flowtest.NewSink()
+	topo := numbersTopology(t, "bad", func() topology.Spout { return &numbers{n: 10, stream: "wrong"} },
+		func() topology.Bolt { return &pass{} }, sink)
+	_, err := flowtest.Run(context.Background(), topo, flowtest.Options{Timeout: 20 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), `stream "wrong"`) {
+		t.Fatalf("want an error naming the undeclared stream, got %v", err)
+	}
+}
+
+func TestUnavailableGuaranteeIsRefused(t *testing.T) {
+	cfg := workers.DefaultConfig()
+	cfg.Guarantee = workers.ExactlyOnce
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "exactly-once") {
+		t.Fatalf("exactly-once must be refused until checkpoints exist, got %v", err)
+	}
+	if _, err := workers.ParseGuarantee("maybe-once"); err == nil {
+		t.Fatal("unknown guarantee accepted")
+	}
+}
