@@ -17,7 +17,9 @@ type boltExec struct {
 	ticks  int64
 	one    [1]*topology.Tuple
 	panics int
-	inputs [][]input // by source task: the streams subscribed from it
+	inputs [][]input        // by source task: the streams subscribed from it
+	tuples []topology.Tuple // slab the next inputs are carved from
+	slab   []wire.Anchor    // slab children's anchors are carved from
 }
 
 // input is a stream a bolt subscribes to.
@@ -100,7 +102,14 @@ func (b *boltExec) process(f *wire.Frame) {
 			continue
 		}
 		src := &plan.tasks[rec.SrcTask]
-		t := &topology.Tuple{ID: rec.ID, Component: src.name, Stream: rec.Stream, Task: int(rec.SrcTask), Values: rec.Values, Schema: schema}
+		if len(b.tuples) == 0 {
+			// One allocation per batch instead of per record; a bolt that
+			// keeps a tuple keeps its batch's slab alive, which is bounded.
+			b.tuples = make([]topology.Tuple, len(f.Records)-i)
+		}
+		t := &b.tuples[0]
+		b.tuples = b.tuples[1:]
+		*t = topology.Tuple{ID: rec.ID, Component: src.name, Stream: rec.Stream, Task: int(rec.SrcTask), Values: rec.Values, Schema: schema}
 		if b.track {
 			t.Tracking().Anchors = rec.Anchors
 		}
@@ -189,6 +198,19 @@ func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topolog
 // child's anchors: per tree, the XOR of the edges of its anchors in that
 // tree (Storm's algorithm).
 func (b *boltExec) anchorChild(anchors []*topology.Tuple) []wire.Anchor {
+	if len(anchors) == 1 && anchors[0] != nil && len(anchors[0].Tracking().Anchors) == 1 {
+		// The common case: one anchor in one tree, carved from a slab.
+		tr := anchors[0].Tracking()
+		e := b.edge()
+		tr.AckVal ^= e
+		if len(b.slab) == 0 {
+			b.slab = make([]wire.Anchor, 1024)
+		}
+		out := b.slab[:1:1]
+		b.slab = b.slab[1:]
+		out[0] = wire.Anchor{Tree: tr.Anchors[0].Tree, Val: e}
+		return out
+	}
 	var out []wire.Anchor
 	for _, a := range anchors {
 		if a == nil {

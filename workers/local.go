@@ -130,6 +130,9 @@ func (r *run) execute(ctx context.Context) (*Summary, error) {
 		}
 	}
 	sum := r.summary(elapsed, sup.crashes.Load())
+	for _, at := range sup.crashTimes() {
+		sum.CrashTimes = append(sum.CrashTimes, at.Sub(start))
+	}
 	return sum, err
 }
 
@@ -272,6 +275,7 @@ type supervisor struct {
 	dead []bool
 
 	crashes   atomic.Int64
+	crashLog  []time.Time    // guarded by mu
 	crashedAt []atomic.Int64 // per slot: when chaos crashed it (unix nanos)
 	stopCh    chan struct{}
 	stopOnce  sync.Once
@@ -435,7 +439,11 @@ func (s *supervisor) crasher(every time.Duration) {
 				continue
 			}
 			s.crashes.Add(1)
-			s.crashedAt[slot].Store(time.Now().UnixNano())
+			now := time.Now()
+			s.crashedAt[slot].Store(now.UnixNano())
+			s.mu.Lock()
+			s.crashLog = append(s.crashLog, now)
+			s.mu.Unlock()
 			s.r.log.Warn().Int("worker", slot).Msg("chaos: crashing worker")
 			w.crash()
 		}
@@ -466,3 +474,9 @@ func (s *supervisor) shutdownAll() {
 }
 
 func (s *supervisor) close() { s.nc.Close() }
+
+func (s *supervisor) crashTimes() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.crashLog...)
+}

@@ -127,6 +127,7 @@ type Summary struct {
 
 	Chaos      ChaosSummary
 	Crashes    int
+	CrashTimes []time.Duration // when each crash happened, from the start of the run
 	Recoveries []time.Duration // per crash: until every tree pending at the crash completed
 }
 

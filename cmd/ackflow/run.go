@@ -25,6 +25,7 @@ type runFlags struct {
 	input, output, guarantee, parallelism, chaos, natsURL, logLevel string
 	workers, batch, maxPending, ackers                              int
 	linger, timeout                                                 time.Duration
+	rate                                                            float64
 	quiet                                                           bool
 }
 
@@ -59,6 +60,7 @@ exhausted and everything in flight is processed, then prints a summary.`,
 	fl.IntVar(&f.maxPending, "max-pending", 0, "trees in flight per spout task (default 4096)")
 	fl.IntVar(&f.ackers, "ackers", 0, "acker tasks (default 1)")
 	fl.DurationVar(&f.timeout, "message-timeout", 0, "fail and replay a tree not completed in this long (default 30s)")
+	fl.Float64Var(&f.rate, "rate", 0, "lines per second read by the spouts (default: as fast as flow control allows)")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress line")
 	return cmd
@@ -94,7 +96,10 @@ func runJob(cmd *cobra.Command, name string, f runFlags) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	wc := wordcount.Config{Input: f.input}
+	if f.rate < 0 {
+		return fmt.Errorf("--rate %v must not be negative", f.rate)
+	}
+	wc := wordcount.Config{Input: f.input, LinesPerSec: f.rate}
 	job, err := wordcount.New(wc)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode"
 
 	"github.com/ackflow/ackflow/topology"
@@ -33,6 +34,10 @@ type Config struct {
 	// at most LineBytes, so one record never grows without bound (a word
 	// that straddles a cut counts as two). Default 1 MiB.
 	LineBytes int
+	// LinesPerSec paces the spouts (all tasks together); 0 reads as fast as
+	// flow control allows. Benchmarks use it to measure latency at a given
+	// load.
+	LinesPerSec float64
 }
 
 // Job is a built word count: its topology, the counts it produces, and how
@@ -81,7 +86,7 @@ func New(cfg Config) (*Job, error) {
 	}
 	b := topology.NewBuilder("wordcount")
 	b.Spout("lines", func() topology.Spout {
-		return &LineSpout{open: open, size: job.TotalBytes, maxLine: cfg.LineBytes, read: &job.readBytes}
+		return &LineSpout{open: open, size: job.TotalBytes, maxLine: cfg.LineBytes, read: &job.readBytes, rate: cfg.LinesPerSec / float64(cfg.Lines)}
 	}, cfg.Lines).Outputs("line")
 	b.BasicBolt("split", func() topology.BasicBolt { return &SplitBolt{} }, cfg.Split).
 		Input("lines", topology.Shuffle()).Outputs("word")
@@ -107,6 +112,10 @@ type LineSpout struct {
 	size    int64
 	maxLine int
 	read    *atomic.Int64
+	rate    float64 // lines per second for this task; 0: unpaced
+
+	started time.Time
+	lines   int64
 
 	f        io.ReadSeekCloser
 	r        *bufio.Reader
@@ -152,9 +161,17 @@ func (s *LineSpout) Open(tc topology.TaskContext, out topology.SpoutCollector) e
 	return nil
 }
 
-// Next emits up to 256 lines.
+// Next emits up to 256 lines, fewer when paced.
 func (s *LineSpout) Next(ctx context.Context) error {
-	for i := 0; i < 256; i++ {
+	n := 256
+	if s.rate > 0 {
+		if s.started.IsZero() {
+			s.started = time.Now()
+		}
+		due := int64(time.Since(s.started).Seconds()*s.rate) + 1
+		n = int(min(int64(n), due-s.lines))
+	}
+	for i := 0; i < n; i++ {
 		if s.pos >= s.end && !s.midLine {
 			return topology.ErrExhausted
 		}
@@ -166,6 +183,7 @@ func (s *LineSpout) Next(ctx context.Context) error {
 			s.read.Add(int64(len(line)))
 			text := strings.TrimRight(string(line), "\r\n")
 			s.out.Emit(topology.MsgID{Offset: start}, topology.Values{text})
+			s.lines++
 		}
 		if err == io.EOF {
 			return topology.ErrExhausted

@@ -1,0 +1,96 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable prints the report for people.
+func (r *Report) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "ackflow bench (%s profile) on %s, %d CPUs, %s, %s\n\n", r.Profile, orUnknown(r.Machine.CPUModel), r.Machine.CPUs, r.Machine.GoVersion, r.Machine.Date)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "run\trecords/s\tvs raw NATS\tvs JetStream chain\tack msgs/record\tlost\t")
+	for _, row := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%s\t%d\t\n", row.Name, row.RecordsPerSec, row.VsRawNATS, row.VsJetStream, optional(row.AckMessagesPerRecord), row.Lost)
+	}
+	tw.Flush()
+	for _, u := range r.Unavailable {
+		fmt.Fprintf(w, "  (not measured: %s)\n", u)
+	}
+	l := r.Latency
+	fmt.Fprintf(w, "\ncomplete latency at %.0f records/s (50%% of the at-least-once peak): p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms\n", l.LoadRecordsPerSec, l.P50Ms, l.P99Ms, l.P999Ms)
+	fmt.Fprint(w, "\nscaling (at-least-once):\n")
+	for _, s := range r.Parallelism {
+		fmt.Fprintf(w, "  parallelism %d: %.0f records/s\n", s.Parallelism, s.RecordsPerSec)
+	}
+	for _, s := range r.RecordSize {
+		fmt.Fprintf(w, "  %5d-byte records: %.0f records/s, %.1f MiB/s\n", s.RecordBytes, s.RecordsPerSec, s.MiBPerSec)
+	}
+	rc := r.Recovery
+	fmt.Fprintf(w, "\nrecovery at 50%% load, 3 workers: %d crashes; every tree complete after %s ms; throughput back to 90%% after %s ms; %d words lost\n",
+		rc.Crashes, floats(rc.TreesCompleteMs), floats(rc.Throughput90Ms), rc.Lost)
+	m := r.Memory
+	fmt.Fprintf(w, "\nmemory: acker %.1f bytes per pending tree", m.AckerBytesPerTree)
+	if m.LogBytesPerEntry > 0 {
+		fmt.Fprintf(w, ", output log %.1f bytes per entry", m.LogBytesPerEntry)
+	}
+	if m.DedupBitsPerID > 0 {
+		fmt.Fprintf(w, ", dedup %.1f bits per remembered ID", m.DedupBitsPerID)
+	}
+	fmt.Fprint(w, "\n\ngoals (DESIGN.md section 11; reported, not asserted):\n")
+	for _, g := range r.Goals {
+		mark := "missed"
+		if g.Met {
+			mark = "met"
+		}
+		fmt.Fprintf(w, "  %-40s %-9s %10.2f  %s\n", g.Name, g.Target, g.Value, mark)
+	}
+}
+
+// WriteJSON writes the report to path.
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// Chart turns the report into the SVG chart's data.
+func (r *Report) Chart() Chart {
+	var c Chart
+	for _, row := range r.Rows {
+		c.Throughput = append(c.Throughput, ThroughputBar{Name: row.Name, RecordsPerSec: row.RecordsPerSec})
+	}
+	c.Latency = []LatencyBar{{"p50", r.Latency.P50Ms}, {"p99", r.Latency.P99Ms}, {"p99.9", r.Latency.P999Ms}}
+	return c
+}
+
+func optional(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func floats(vs []float64) string {
+	if len(vs) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprintf("%.0f", v)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown CPU"
+	}
+	return s
+}

@@ -1,0 +1,479 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ackflow/ackflow/acker"
+	"github.com/ackflow/ackflow/chaos"
+	"github.com/ackflow/ackflow/embednats"
+	"github.com/ackflow/ackflow/examples/wordcount"
+	"github.com/ackflow/ackflow/wire"
+	"github.com/ackflow/ackflow/workers"
+)
+
+// SuiteConfig chooses the size of a suite run.
+type SuiteConfig struct {
+	// Quick is the CI smoke profile: every measurement, small inputs, well
+	// under a minute.
+	Quick bool
+	// Log receives one line per finished measurement (nil: none).
+	Log io.Writer
+}
+
+// Row is one throughput measurement. Names used: raw-nats,
+// jetstream-chain, at-most-once, at-least-once, at-least-once-dedup,
+// exactly-once.
+type Row struct {
+	Name          string  `json:"name"`
+	RecordsPerSec float64 `json:"records_per_sec"`
+	// VsRawNATS and VsJetStream are RecordsPerSec divided by the raw NATS
+	// msg/s and by the chained-JetStream records/s of the same run.
+	VsRawNATS   float64 `json:"vs_raw_nats"`
+	VsJetStream float64 `json:"vs_jetstream_chain"`
+	Records     int64   `json:"records"`
+	Seconds     float64 `json:"seconds"`
+	// Lost counts words of the oracle missing from the result (must be 0
+	// for every row but raw NATS, which has no oracle).
+	Lost int64 `json:"lost"`
+	// AckMessagesPerRecord is acker messages sent per record (ackflow rows).
+	AckMessagesPerRecord float64 `json:"ack_messages_per_record,omitempty"`
+	Note                 string  `json:"note,omitempty"`
+}
+
+// Latency is complete latency of at-least-once word count at a fixed load.
+type Latency struct {
+	LoadRecordsPerSec float64 `json:"load_records_per_sec"`
+	P50Ms             float64 `json:"p50_ms"`
+	P99Ms             float64 `json:"p99_ms"`
+	P999Ms            float64 `json:"p999_ms"`
+}
+
+// ScaleRow is throughput at one parallelism or record size.
+type ScaleRow struct {
+	Parallelism   int     `json:"parallelism,omitempty"`
+	RecordBytes   int     `json:"record_bytes,omitempty"`
+	RecordsPerSec float64 `json:"records_per_sec"`
+	MiBPerSec     float64 `json:"mib_per_sec,omitempty"`
+}
+
+// Recovery is what a worker crash at half load cost.
+type Recovery struct {
+	Crashes int `json:"crashes"`
+	// Ms per crash: until every tree in flight at the crash completed.
+	TreesCompleteMs []float64 `json:"trees_complete_ms"`
+	// Ms per crash: until throughput was back to 90% of the offered load.
+	Throughput90Ms []float64 `json:"throughput_90_ms"`
+	Lost           int64     `json:"lost"`
+}
+
+// Memory is the cost of the bookkeeping structures.
+type Memory struct {
+	AckerBytesPerTree float64 `json:"acker_bytes_per_pending_tree"`
+	LogBytesPerEntry  float64 `json:"log_bytes_per_entry,omitempty"`
+	DedupBitsPerID    float64 `json:"dedup_bits_per_id,omitempty"`
+}
+
+// Goal is one target of DESIGN.md section 11, reported, never asserted.
+type Goal struct {
+	Name   string  `json:"name"`
+	Target string  `json:"target"`
+	Value  float64 `json:"value"`
+	Met    bool    `json:"met"`
+}
+
+// Report is a whole suite run.
+type Report struct {
+	Machine     Machine    `json:"machine"`
+	Profile     string     `json:"profile"`
+	Rows        []Row      `json:"rows"`
+	Latency     Latency    `json:"latency"`
+	Parallelism []ScaleRow `json:"scaling_parallelism"`
+	RecordSize  []ScaleRow `json:"scaling_record_size"`
+	Recovery    Recovery   `json:"recovery"`
+	Memory      Memory     `json:"memory"`
+	Goals       []Goal     `json:"goals"`
+	Unavailable []string   `json:"unavailable,omitempty"`
+}
+
+// Machine says where the figures come from.
+type Machine struct {
+	Date      string `json:"date"`
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpu_model,omitempty"`
+}
+
+// Row returns the named row, or nil.
+func (r *Report) Row(name string) *Row {
+	for i := range r.Rows {
+		if r.Rows[i].Name == name {
+			return &r.Rows[i]
+		}
+	}
+	return nil
+}
+
+type suite struct {
+	cfg    SuiteConfig
+	url    string
+	dir    string
+	input  string   // path of the word count input
+	lines  []string // the same input, for the JetStream chain
+	oracle map[string]int64
+	rep    *Report
+}
+
+// RunSuite runs every measurement on one embedded NATS server and returns
+// the report. It fails only when a run fails or loses records.
+func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
+	srv, err := embednats.Start(embednats.Config{})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Shutdown()
+	dir, err := os.MkdirTemp("", "ackflow-bench-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	s := &suite{cfg: cfg, url: srv.URL(), dir: dir, rep: &Report{Machine: machine(), Profile: "full"}}
+	if cfg.Quick {
+		s.rep.Profile = "quick"
+	}
+	copies := 8
+	if cfg.Quick {
+		copies = 2
+	}
+	if err := s.prepareInput(copies); err != nil {
+		return nil, err
+	}
+	steps := []func(context.Context) error{s.raw, s.chain, s.modes, s.latency, s.scaling, s.recordSizes, s.recovery, s.memory}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return s.rep, err
+		}
+	}
+	s.goals()
+	return s.rep, nil
+}
+
+func (s *suite) logf(format string, args ...any) {
+	if s.cfg.Log != nil {
+		fmt.Fprintf(s.cfg.Log, format+"\n", args...)
+	}
+}
+
+// prepareInput writes copies of the bundled text and computes the oracle.
+func (s *suite) prepareInput(copies int) error {
+	text := bytes.Repeat(wordcount.Bundled(), copies)
+	if s.input == "" {
+		s.input = filepath.Join(s.dir, "input.txt")
+	}
+	if err := os.WriteFile(s.input, text, 0o644); err != nil {
+		return fmt.Errorf("bench: writing the input: %w", err)
+	}
+	s.lines = strings.Split(strings.TrimSuffix(string(text), "\n"), "\n")
+	s.oracle = map[string]int64{}
+	for _, l := range s.lines {
+		for _, w := range wordcount.SplitWords(l) {
+			s.oracle[w]++
+		}
+	}
+	return nil
+}
+
+func (s *suite) raw(ctx context.Context) error {
+	n := 1_000_000
+	if s.cfg.Quick {
+		n = 200_000
+	}
+	res, err := RawNATS(ctx, s.url, RawConfig{Messages: n, Size: 64})
+	if err != nil {
+		return err
+	}
+	s.rep.Rows = append(s.rep.Rows, Row{Name: "raw-nats", RecordsPerSec: res.MsgsPerSec, Records: int64(res.Messages), Seconds: res.Elapsed.Seconds(),
+		Lost: int64(res.Dropped), Note: "one publisher, one subscriber, 64-byte messages, unbatched"})
+	s.logf("raw NATS: %.0f msg/s", res.MsgsPerSec)
+	return nil
+}
+
+func (s *suite) chain(ctx context.Context) error {
+	lines := s.lines
+	if s.cfg.Quick {
+		lines = lines[:len(lines)/2]
+	}
+	res, err := JetStreamChain(ctx, s.url, lines, ChainConfig{})
+	if err != nil {
+		return err
+	}
+	want := map[string]int64{}
+	for _, l := range lines {
+		for _, w := range wordcount.SplitWords(l) {
+			want[w]++
+		}
+	}
+	s.rep.Rows = append(s.rep.Rows, Row{Name: "jetstream-chain", RecordsPerSec: res.RecordsPerSec, Records: int64(res.Lines + res.Words),
+		Seconds: res.Elapsed.Seconds(), Lost: lost(res.Counts, want), Note: "split and count as durable consumers republishing with Nats-Msg-Id"})
+	s.logf("JetStream chain: %.0f records/s", res.RecordsPerSec)
+	return nil
+}
+
+// wordCount runs word count on the suite's input and checks it.
+func (s *suite) wordCount(ctx context.Context, wc wordcount.Config, edit func(*workers.Config)) (*workers.Summary, int64, error) {
+	wc.Input = s.input
+	job, err := wordcount.New(wc)
+	if err != nil {
+		return nil, 0, err
+	}
+	cfg := workers.DefaultConfig()
+	cfg.NATSURL = s.url
+	cfg.Workers = 2
+	edit(&cfg)
+	sum, err := workers.RunLocal(ctx, job.Topology, cfg)
+	if err != nil {
+		return nil, 0, err
+	}
+	return sum, lost(job.Counts.Map(), s.oracle), nil
+}
+
+func (s *suite) modes(ctx context.Context) error {
+	modes := []struct {
+		name string
+		g    workers.Guarantee
+	}{{"at-most-once", workers.AtMostOnce}, {"at-least-once", workers.AtLeastOnce}}
+	for _, m := range modes {
+		sum, lostWords, err := s.wordCount(ctx, wordcount.Config{}, func(c *workers.Config) { c.Guarantee = m.g })
+		if err != nil {
+			return fmt.Errorf("bench: %s word count: %w", m.name, err)
+		}
+		row := Row{Name: m.name, RecordsPerSec: sum.RecordsPerSec, Records: sum.Records, Seconds: sum.Duration.Seconds(), Lost: lostWords,
+			AckMessagesPerRecord: float64(sum.AckMessages) / float64(max(sum.Records, 1)),
+			Note:                 fmt.Sprintf("spout, split, count; %d workers; %d of %d records crossed NATS", sum.Workers, sum.NATSRecordsOut, sum.Records)}
+		s.rep.Rows = append(s.rep.Rows, row)
+		s.logf("%s: %.0f records/s", m.name, row.RecordsPerSec)
+		if lostWords > 0 {
+			return fmt.Errorf("bench: %s word count lost %d words", m.name, lostWords)
+		}
+	}
+	s.rep.Unavailable = append(s.rep.Unavailable,
+		"at-least-once-dedup: dedup is not built yet",
+		"exactly-once: checkpoints are not built yet")
+	raw, chain := s.rep.Row("raw-nats"), s.rep.Row("jetstream-chain")
+	for i := range s.rep.Rows {
+		r := &s.rep.Rows[i]
+		if raw != nil && raw.RecordsPerSec > 0 {
+			r.VsRawNATS = r.RecordsPerSec / raw.RecordsPerSec
+		}
+		if chain != nil && chain.RecordsPerSec > 0 {
+			r.VsJetStream = r.RecordsPerSec / chain.RecordsPerSec
+		}
+	}
+	return nil
+}
+
+// halfLoad is 50% of the measured at-least-once peak, in lines per second.
+func (s *suite) halfLoad() (linesPerSec, recordsPerSec float64) {
+	peak := s.rep.Row("at-least-once").RecordsPerSec
+	recordsPerLine := float64(s.rep.Row("at-least-once").Records) / float64(len(s.lines))
+	return peak / 2 / recordsPerLine, peak / 2
+}
+
+func (s *suite) latency(ctx context.Context) error {
+	lps, rps := s.halfLoad()
+	sum, lostWords, err := s.wordCount(ctx, wordcount.Config{LinesPerSec: lps}, func(c *workers.Config) { c.Guarantee = workers.AtLeastOnce })
+	if err != nil {
+		return fmt.Errorf("bench: latency run: %w", err)
+	}
+	if lostWords > 0 {
+		return fmt.Errorf("bench: latency run lost %d words", lostWords)
+	}
+	l := sum.Component("lines")
+	s.rep.Latency = Latency{LoadRecordsPerSec: rps, P50Ms: ms(l.LatencyP50), P99Ms: ms(l.LatencyP99), P999Ms: ms(l.LatencyP999)}
+	s.logf("latency at %.0f records/s: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms", rps, s.rep.Latency.P50Ms, s.rep.Latency.P99Ms, s.rep.Latency.P999Ms)
+	return nil
+}
+
+func (s *suite) scaling(ctx context.Context) error {
+	for _, p := range []int{1, 2, 4} {
+		sum, lostWords, err := s.wordCount(ctx, wordcount.Config{Lines: 1, Split: p, Count: p}, func(c *workers.Config) { c.Guarantee = workers.AtLeastOnce })
+		if err != nil {
+			return fmt.Errorf("bench: scaling run at parallelism %d: %w", p, err)
+		}
+		if lostWords > 0 {
+			return fmt.Errorf("bench: scaling run at parallelism %d lost %d words", p, lostWords)
+		}
+		s.rep.Parallelism = append(s.rep.Parallelism, ScaleRow{Parallelism: p, RecordsPerSec: sum.RecordsPerSec})
+		s.logf("parallelism %d: %.0f records/s", p, sum.RecordsPerSec)
+	}
+	return nil
+}
+
+func (s *suite) recordSizes(ctx context.Context) error {
+	budget := 64 << 20
+	if s.cfg.Quick {
+		budget = 8 << 20
+	}
+	for _, size := range []int{16, 64, 256, 1024, 4096} {
+		n := min(200_000, budget/size)
+		if s.cfg.Quick {
+			n = min(50_000, budget/size)
+		}
+		res, err := payloadRun(ctx, s.url, n, size)
+		if err != nil {
+			return err
+		}
+		s.rep.RecordSize = append(s.rep.RecordSize, res)
+		s.logf("%d-byte records: %.0f records/s, %.1f MiB/s", size, res.RecordsPerSec, res.MiBPerSec)
+	}
+	return nil
+}
+
+func (s *suite) recovery(ctx context.Context) error {
+	lps, rps := s.halfLoad()
+	// The run must last long enough for two crashes and their recoveries,
+	// so it gets its own input of enough copies of the text.
+	secs := 8.0
+	if s.cfg.Quick {
+		secs = 4
+	}
+	rs := *s
+	rs.input = filepath.Join(s.dir, "recovery.txt")
+	if err := rs.prepareInput(max(1, int(secs*lps)/linesPerCopy()+1)); err != nil {
+		return err
+	}
+	secs = float64(len(rs.lines)) / lps
+	var mu sync.Mutex
+	var samples []workers.Progress
+	sum, lostWords, err := rs.wordCount(ctx, wordcount.Config{LinesPerSec: lps}, func(c *workers.Config) {
+		c.Guarantee = workers.AtLeastOnce
+		c.Workers = 3
+		// Two crashes, at 40% and 80% of the run.
+		c.Chaos = chaos.Config{CrashEvery: time.Duration(secs * 0.4 * float64(time.Second)), Seed: 1}
+		c.ProgressEvery = 100 * time.Millisecond
+		c.Progress = func(p workers.Progress) {
+			mu.Lock()
+			samples = append(samples, p)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("bench: recovery run: %w", err)
+	}
+	rec := Recovery{Crashes: sum.Crashes, Lost: lostWords}
+	for _, d := range sum.Recoveries {
+		rec.TreesCompleteMs = append(rec.TreesCompleteMs, ms(d))
+	}
+	mu.Lock()
+	for _, at := range sum.CrashTimes {
+		rec.Throughput90Ms = append(rec.Throughput90Ms, backTo(samples, at, 0.9*rps))
+	}
+	mu.Unlock()
+	s.rep.Recovery = rec
+	s.logf("recovery: %d crashes, trees complete after %v ms, throughput back to 90%% after %v ms, %d words lost", rec.Crashes, rec.TreesCompleteMs, rec.Throughput90Ms, rec.Lost)
+	if lostWords > 0 {
+		return fmt.Errorf("bench: recovery run lost %d words", lostWords)
+	}
+	return nil
+}
+
+// backTo returns the ms from a crash until the first progress sample whose
+// rate reached target after having dropped below it (or -1 if never).
+func backTo(samples []workers.Progress, crash time.Duration, target float64) float64 {
+	dropped := false
+	for _, p := range samples {
+		if p.Elapsed <= crash {
+			continue
+		}
+		if p.RecordsPerSec < target {
+			dropped = true
+			continue
+		}
+		if dropped || p.Elapsed > crash {
+			return ms(p.Elapsed - crash)
+		}
+	}
+	return -1
+}
+
+func (s *suite) memory(context.Context) error {
+	s.rep.Memory.AckerBytesPerTree = ackerBytesPerTree(200_000)
+	s.logf("acker: %.1f bytes per pending tree", s.rep.Memory.AckerBytesPerTree)
+	return nil
+}
+
+// ackerBytesPerTree measures the heap a Tracker holds per pending tree.
+func ackerBytesPerTree(n int) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	tr, err := acker.New(acker.DefaultConfig())
+	if err != nil {
+		return 0
+	}
+	var out []acker.Verdict
+	for i := 1; i <= n; i++ {
+		out = tr.Handle(wire.AckMsg{Type: wire.AckInit, Tree: uint64(i) * 0x9e3779b97f4a7c15, Val: uint64(i), Task: 1}, out[:0])
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(tr)
+	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+}
+
+func (s *suite) goals() {
+	r := s.rep
+	alo, amo, raw, chain := r.Row("at-least-once"), r.Row("at-most-once"), r.Row("raw-nats"), r.Row("jetstream-chain")
+	add := func(name, target string, v float64, met bool) {
+		r.Goals = append(r.Goals, Goal{Name: name, Target: target, Value: v, Met: met})
+	}
+	add("at-least-once / raw NATS msg/s", ">= 1.0", alo.RecordsPerSec/raw.RecordsPerSec, alo.RecordsPerSec >= raw.RecordsPerSec)
+	add("at-least-once / at-most-once", ">= 0.67", alo.RecordsPerSec/amo.RecordsPerSec, alo.RecordsPerSec >= 0.67*amo.RecordsPerSec)
+	add("at-least-once / JetStream chain", ">= 10", alo.RecordsPerSec/chain.RecordsPerSec, alo.RecordsPerSec >= 10*chain.RecordsPerSec)
+	add("p99 complete latency at 50% load (ms)", "<= 10", r.Latency.P99Ms, r.Latency.P99Ms <= 10)
+	worst := 0.0
+	for _, v := range r.Recovery.TreesCompleteMs {
+		worst = max(worst, v)
+	}
+	add("worst recovery (ms)", "<= 2000", worst, len(r.Recovery.TreesCompleteMs) > 0 && worst <= 2000)
+	add("acker bytes per pending tree", "<= 64", r.Memory.AckerBytesPerTree, r.Memory.AckerBytesPerTree <= 64)
+}
+
+// linesPerCopy is the number of lines of the bundled text.
+func linesPerCopy() int { return bytes.Count(wordcount.Bundled(), []byte{'\n'}) }
+
+// lost counts occurrences in want missing from got.
+func lost(got, want map[string]int64) int64 {
+	var n int64
+	for w, c := range want {
+		if got[w] < c {
+			n += c - got[w]
+		}
+	}
+	return n
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func machine() Machine {
+	m := Machine{Date: time.Now().UTC().Format("2006-01-02"), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
