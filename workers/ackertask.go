@@ -60,6 +60,16 @@ func (a *ackerExec) publish() {
 			continue
 		}
 		a.out.addNotice(st, wire.Notice{Type: v.Type, Tree: v.Tree})
+		if v.Type != wire.NoticeComplete || v.Holders == 0 {
+			continue // logs are kept through failures: the replay re-emits them
+		}
+		// Holders is a bitmask of task IDs mod 64; a task that shares a bit
+		// with a real holder gets a notice it ignores.
+		for _, h := range a.r.plan.holders {
+			if v.Holders&(1<<(uint(h)%64)) != 0 {
+				a.out.addNotice(h, wire.Notice{Type: wire.NoticeComplete, Tree: v.Tree})
+			}
+		}
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ackflow/ackflow/dedup"
 	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/upstreambackup"
 	"github.com/ackflow/ackflow/wire"
 )
 
@@ -19,7 +21,15 @@ type boltExec struct {
 	panics int
 	inputs [][]input        // by source task: the streams subscribed from it
 	tuples []topology.Tuple // slab the next inputs are carved from
-	slab   []wire.Anchor    // slab children's anchors are carved from
+
+	// Output log and dedup filter: only stateful bolts with dedup on.
+	log        *upstreambackup.Log
+	filter     *dedup.Filter
+	logged     []upstreambackup.Output // scratch for one emit's sends
+	trees      []uint64                // scratch
+	now        time.Time               // of the frame being processed
+	lastExpire time.Time
+	slab       []wire.Anchor // slab children's anchors are carved from
 }
 
 // input is a stream a bolt subscribes to.
@@ -29,8 +39,13 @@ type input struct {
 }
 
 func newBoltExec(b base) *boltExec {
-	be := &boltExec{base: b, bolt: b.info.comp.BoltFn()}
+	be := &boltExec{base: b, bolt: b.info.comp.BoltFn(), now: time.Now(), lastExpire: time.Now()}
 	plan := b.r.plan
+	if plan.logs(b.info.id) {
+		// Both configs were validated with the run's Config.
+		be.log, _ = upstreambackup.New(b.r.cfg.Log)
+		be.filter, _ = dedup.New(b.r.cfg.Dedup)
+	}
 	be.inputs = make([][]input, len(plan.tasks))
 	for _, sub := range b.info.comp.Inputs {
 		schema := plan.topo.Component(sub.Source).Streams[sub.Stream]
@@ -70,6 +85,7 @@ func (b *boltExec) run(ctx context.Context) {
 			b.tick()
 		case now := <-linger.C:
 			b.r.held[b.info.id].Store(int64(b.out.poll(now)))
+			b.expire(now)
 			continue
 		}
 		if len(b.data) == 0 {
@@ -92,6 +108,9 @@ func (b *boltExec) prepare() (err error) {
 
 func (b *boltExec) process(f *wire.Frame) {
 	plan := b.r.plan
+	if b.log != nil {
+		b.now = time.Now()
+	}
 	for i := range f.Records {
 		rec := &f.Records[i]
 		schema := b.subscribed(rec)
@@ -113,9 +132,86 @@ func (b *boltExec) process(f *wire.Frame) {
 		if b.track {
 			t.Tracking().Anchors = rec.Anchors
 		}
+		if b.filter != nil && len(t.Tracking().Anchors) > 0 {
+			switch b.filter.Check(t.ID, b.log.Has) {
+			case dedup.Duplicate:
+				b.reemit(t)
+				b.r.tc.doneRecords.Add(1)
+				continue
+			case dedup.Suspect:
+				b.cc.suspects.Add(1)
+			}
+		}
 		b.execute(t)
 		b.r.tc.doneRecords.Add(1)
 	}
+	if b.log != nil {
+		b.gauges()
+	}
+}
+
+// reemit handles a confirmed duplicate without running user code: it sends
+// the outputs logged for the input again (same record IDs, new edges in the
+// input's current trees) and acks it, so a replay still reaches tasks
+// downstream that missed the first copy, while this task's state changes
+// once.
+func (b *boltExec) reemit(t *topology.Tuple) {
+	b.cc.dupDropped.Add(1)
+	outs, _ := b.log.Outputs(t.ID)
+	b.one[0] = t
+	for _, o := range outs {
+		rec := o.Rec
+		rec.Epoch = b.w.incarnation
+		rec.Anchors = b.anchorChild(b.one[:])
+		b.out.addRecord(int(o.Dst), rec, valuesSize(rec.Values))
+	}
+	b.one[0] = nil
+	b.cc.reemitted.Add(int64(len(outs)))
+	b.Ack(t)
+}
+
+// gauges publishes the log's size for flow control and the end-of-run check.
+func (b *boltExec) gauges() {
+	n := int64(b.log.Len())
+	b.r.logLen[b.info.id].Store(n)
+	b.r.logFull[b.info.id].Store(b.log.Full())
+	if n > b.cc.logPeak.Load() {
+		b.cc.logPeak.Store(n)
+	}
+}
+
+// expire is the safety net for entries whose completion notice was lost:
+// an entry untouched for ten message timeouts goes. Replays can come long
+// after the first attempt (each one may be lost again), so the net is wide.
+// An entry without outputs joins the ring of completed IDs (its input was
+// processed and there is nothing to re-emit, so confirming a late replay
+// as a duplicate loses nothing). One with outputs does not: nothing proves
+// they were processed downstream, so a late replay runs user code again,
+// which at-least-once allows; acking it without re-emitting would lose them.
+func (b *boltExec) expire(now time.Time) {
+	if b.log == nil || now.Sub(b.lastExpire) < b.r.cfg.MessageTimeout/4 {
+		return
+	}
+	b.lastExpire = now
+	b.log.Expire(now.Add(-logExpiry*b.r.cfg.MessageTimeout), func(input uint64, outputs int) {
+		if outputs == 0 {
+			b.filter.Completed(input)
+		}
+		b.cc.expired.Add(1)
+	})
+	b.gauges()
+}
+
+// logExpiry, in message timeouts, is how long an untouched log entry lives.
+const logExpiry = 10
+
+// treesOf returns the trees t belongs to, in a scratch slice.
+func (b *boltExec) treesOf(t *topology.Tuple) []uint64 {
+	b.trees = b.trees[:0]
+	for _, a := range t.Tracking().Anchors {
+		b.trees = append(b.trees, a.Tree)
+	}
+	return b.trees
 }
 
 // subscribed returns the schema of rec's stream if this bolt subscribes to
@@ -162,9 +258,20 @@ func (b *boltExec) tick() {
 	b.execute(t)
 }
 
-// onNotices receives tree verdicts; bolts hold no logs yet, so there is
-// nothing to trim.
-func (b *boltExec) onNotices(*wire.Frame) {}
+// onNotices trims the output log: a completed tree proves that everything
+// logged for it was processed downstream. The trimmed inputs move to the
+// filter's exact ring, which still confirms a late replay of them.
+func (b *boltExec) onNotices(f *wire.Frame) {
+	if b.log == nil {
+		return
+	}
+	for _, n := range f.Notices {
+		if n.Type == wire.NoticeComplete {
+			b.log.Complete(n.Tree, b.filter.Completed)
+		}
+	}
+	b.gauges()
+}
 
 func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topology.Tuple, values topology.Values, direct int) {
 	so := b.stream(stream, values)
@@ -185,12 +292,20 @@ func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topolog
 	rec := wire.Record{ID: id, Stream: stream, SrcTask: int32(b.info.id), Epoch: b.w.incarnation, Values: values}
 	size := valuesSize(values)
 	b.dsts = targets(b.dsts[:0], so, values, b.w.slot, direct, b.rng)
+	logging := b.log != nil && len(anchors) > 0 && anchors[0] != nil && len(anchors[0].Tracking().Anchors) > 0
+	b.logged = b.logged[:0]
 	for _, d := range b.dsts {
+		if logging {
+			b.logged = append(b.logged, upstreambackup.Output{Dst: int32(d), Rec: rec})
+		}
 		rec.Anchors = nil
 		if b.track {
 			rec.Anchors = b.anchorChild(anchors)
 		}
 		b.out.addRecord(d, rec, size)
+	}
+	if logging {
+		b.log.Append(anchors[0].ID, b.treesOf(anchors[0]), b.logged, size*len(b.logged), b.now)
 	}
 }
 
@@ -270,8 +385,16 @@ func (b *boltExec) Ack(in *topology.Tuple) {
 	}
 	tr.Done = true
 	b.cc.acked.Add(1)
+	holder := int32(-1)
+	if b.log != nil && len(tr.Anchors) > 0 {
+		// Log the input even when it produced nothing: the entry is the
+		// exact record that confirms a later duplicate. Registering with
+		// the acker brings the completion notice that trims it.
+		b.log.Append(in.ID, b.treesOf(in), nil, 0, b.now)
+		holder = int32(b.info.id)
+	}
 	for _, a := range tr.Anchors {
-		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckAck, Tree: a.Tree, Val: a.Val ^ tr.AckVal, Task: -1})
+		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckAck, Tree: a.Tree, Val: a.Val ^ tr.AckVal, Task: holder})
 	}
 }
 
@@ -298,6 +421,11 @@ func (b *boltExec) ResetTimeout(in *topology.Tuple) {
 func (b *boltExec) stop(graceful bool) {
 	if !graceful {
 		return
+	}
+	if b.filter != nil {
+		st := b.filter.Stats()
+		maxFloat(&b.cc.fillBits, st.FillRatio)
+		maxFloat(&b.cc.fpBits, st.EstimatedFPRate)
 	}
 	b.out.flush()
 	if err := b.bolt.Cleanup(); err != nil {

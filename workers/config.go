@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/ackflow/ackflow/chaos"
+	"github.com/ackflow/ackflow/dedup"
+	"github.com/ackflow/ackflow/upstreambackup"
 	"github.com/rs/zerolog"
 )
 
@@ -71,8 +73,21 @@ type Config struct {
 	// HeartbeatEvery and DeadAfter drive failure detection of workers.
 	HeartbeatEvery time.Duration
 	DeadAfter      time.Duration
+	// NoDedup turns off duplicate suppression in stateful bolts, which is
+	// on by default for at-least-once (DESIGN.md section 6).
+	NoDedup bool
+	// Dedup sizes each stateful task's filter: the window of IDs its Bloom
+	// generations cover, their target false-positive rate, and the ring of
+	// recently completed IDs that confirms a "maybe".
+	Dedup dedup.Config
+	// Log bounds each stateful task's output log; a full log pushes back
+	// on the spouts.
+	Log upstreambackup.Config
 	// Chaos injects failures (zero: none).
 	Chaos chaos.Config
+	// ChaosComponents limits frame-level chaos to frames sent by these
+	// components (empty: every task, ackers included).
+	ChaosComponents []string
 	// NATSURL connects to an existing server instead of starting one.
 	NATSURL string
 	// Logger receives structured logs (zero value: discard).
@@ -97,6 +112,8 @@ func DefaultConfig() Config {
 		HeartbeatEvery:  100 * time.Millisecond,
 		DeadAfter:       500 * time.Millisecond,
 		ProgressEvery:   time.Second,
+		Dedup:           dedup.DefaultConfig(),
+		Log:             upstreambackup.DefaultConfig(),
 		Logger:          zerolog.Nop(),
 	}
 }
@@ -135,5 +152,16 @@ func (c Config) Validate() error {
 	if c.Chaos.CrashEvery > 0 && c.Workers < 2 {
 		return errors.New("workers: crash chaos needs at least 2 workers: one keeps the spouts and stateful bolts, the others are crashed")
 	}
+	if c.Guarantee != AtMostOnce && !c.NoDedup {
+		if err := c.Dedup.Validate(); err != nil {
+			return err
+		}
+		if err := c.Log.Validate(); err != nil {
+			return err
+		}
+	}
 	return c.Chaos.Validate()
 }
+
+// dedupOn reports whether stateful bolts suppress duplicates.
+func (c Config) dedupOn() bool { return c.Guarantee != AtMostOnce && !c.NoDedup }

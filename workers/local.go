@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -35,6 +36,8 @@ type run struct {
 	exhausted []atomic.Bool  // per task: spout source done
 	pending   []atomic.Int64 // per task: spout trees in flight or queued for replay
 	held      []atomic.Int64 // per task: frames held back by chaos
+	logLen    []atomic.Int64 // per task: output log entries
+	logFull   []atomic.Bool  // per task: output log at its bound
 
 	abortOnce sync.Once
 	abortErr  error
@@ -81,6 +84,8 @@ func RunLocal(ctx context.Context, topo *topology.Topology, cfg Config) (*Summar
 		exhausted:  make([]atomic.Bool, len(p.tasks)),
 		pending:    make([]atomic.Int64, len(p.tasks)),
 		held:       make([]atomic.Int64, len(p.tasks)),
+		logLen:     make([]atomic.Int64, len(p.tasks)),
+		logFull:    make([]atomic.Bool, len(p.tasks)),
 		aborted:    make(chan struct{}),
 	}
 	for _, c := range topo.Components {
@@ -212,6 +217,14 @@ func (r *run) heldFrames() int64 {
 	return n
 }
 
+func (r *run) logEntries() int64 {
+	var n int64
+	for i := range r.logLen {
+		n += r.logLen[i].Load()
+	}
+	return n
+}
+
 func (r *run) inFlight() int64 {
 	return r.tc.sentRecords.Load() - r.tc.doneRecords.Load() - r.tc.discardedRecords.Load()
 }
@@ -234,7 +247,7 @@ func (r *run) summary(elapsed time.Duration, crashes int64) *Summary {
 		AckMessages: r.tc.ackMsgs.Load(), BadFrames: r.tc.badFrames.Load(),
 		FencedRecords: r.tc.fencedRecords.Load(), CtrlDropped: r.tc.ctrlDropped.Load(), DuplicateFrames: r.tc.dupFrames.Load(),
 		PublishErrors: r.tc.publishErrors.Load(), Unaccounted: max(0, r.inFlight()),
-		Crashes: int(crashes), Recoveries: r.recov.list(),
+		Crashes: int(crashes), Recoveries: r.recov.list(), LogEntries: r.logEntries(),
 		Chaos: ChaosSummary{
 			FramesDropped: r.chaosCnt.FramesDropped.Load(), RecordsDropped: r.chaosCnt.RecordsDropped.Load(),
 			FramesDuplicated: r.chaosCnt.FramesDuplicated.Load(), RecordsDuplicated: r.chaosCnt.RecordsDuplicated.Load(),
@@ -247,6 +260,8 @@ func (r *run) summary(elapsed time.Duration, crashes int64) *Summary {
 			Name: c.Name, Tasks: len(r.plan.compTasks[c.Name]), Spout: c.IsSpout(),
 			Emitted: cc.emitted.Load(), Executed: cc.executed.Load(), Acked: cc.acked.Load(),
 			Failed: cc.failed.Load(), Replayed: cc.replayed.Load(), TimedOut: cc.timedOut.Load(), Panics: cc.panics.Load(),
+			DuplicatesDropped: cc.dupDropped.Load(), Suspects: cc.suspects.Load(), ReEmitted: cc.reemitted.Load(),
+			LogPeakEntries: cc.logPeak.Load(), LogExpired: cc.expired.Load(), BloomFill: math.Float64frombits(cc.fillBits.Load()), BloomFPRate: math.Float64frombits(cc.fpBits.Load()),
 			LatencyP50: cc.latency.quantile(0.5), LatencyP99: cc.latency.quantile(0.99), LatencyP999: cc.latency.quantile(0.999),
 		}
 		if cs.Spout {
@@ -272,11 +287,11 @@ type supervisor struct {
 	live []*Worker
 	inc  []uint64
 	seen []atomic.Int64 // per slot: unix nanos of the last heartbeat
-	dead []bool
 
 	crashes   atomic.Int64
 	crashLog  []time.Time    // guarded by mu
 	crashedAt []atomic.Int64 // per slot: when chaos crashed it (unix nanos)
+	crashID   []atomic.Int64 // per slot: ID of that crash
 	stopCh    chan struct{}
 	stopOnce  sync.Once
 	wg        sync.WaitGroup
@@ -290,7 +305,7 @@ func newSupervisor(ctx context.Context, r *run) (*supervisor, error) {
 	}
 	n := r.plan.workers
 	s := &supervisor{ctx: ctx, r: r, nc: nc, live: make([]*Worker, n), inc: make([]uint64, n),
-		seen: make([]atomic.Int64, n), dead: make([]bool, n), crashedAt: make([]atomic.Int64, n), stopCh: make(chan struct{})}
+		seen: make([]atomic.Int64, n), crashedAt: make([]atomic.Int64, n), crashID: make([]atomic.Int64, n), stopCh: make(chan struct{})}
 	if _, err := nc.Subscribe(r.hbSubject, s.onHeartbeat); err != nil {
 		nc.Close()
 		return nil, err
@@ -329,7 +344,6 @@ func (s *supervisor) startSlot(slot int, begin bool) error {
 	s.seen[slot].Store(time.Now().UnixNano())
 	s.mu.Lock()
 	s.live[slot] = w
-	s.dead[slot] = false
 	s.mu.Unlock()
 	if begin {
 		w.begin()
@@ -411,7 +425,10 @@ func (s *supervisor) replace(slot int, now time.Time) {
 	s.mu.Lock()
 	inc := s.inc[slot]
 	s.mu.Unlock()
-	crashID := s.crashes.Load()
+	crashID := s.crashID[slot].Swap(0)
+	if crashID == 0 {
+		crashID = s.crashes.Add(1) // stopped heartbeating on its own
+	}
 	s.r.log.Warn().Int("worker", slot).Uint64("incarnation", inc).Dur("detected_after", now.Sub(time.Unix(0, died))).Msg("worker declared dead and restarted")
 	msg := fmt.Sprintf("dead %d %d %d %d", slot, inc, crashID, died)
 	s.nc.Publish(s.r.ctlSubject, []byte(msg))
@@ -438,8 +455,9 @@ func (s *supervisor) crasher(every time.Duration) {
 			if w == nil || w.crashed.Load() {
 				continue
 			}
-			s.crashes.Add(1)
+			id := s.crashes.Add(1)
 			now := time.Now()
+			s.crashID[slot].Store(id)
 			s.crashedAt[slot].Store(now.UnixNano())
 			s.mu.Lock()
 			s.crashLog = append(s.crashLog, now)

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/ackflow/ackflow/chaos"
@@ -39,7 +40,7 @@ func newOutbox(ctx context.Context, w *Worker, src int) *outbox {
 		acks: make([][]wire.AckMsg, n), notices: make([][]wire.Notice, n),
 		isDirty: make([]bool, n), lastFlush: time.Now(), seq: make([]uint64, n),
 	}
-	if w.r.cfg.Chaos.Enabled() {
+	if w.r.cfg.Chaos.Enabled() && (len(w.r.cfg.ChaosComponents) == 0 || slices.Contains(w.r.cfg.ChaosComponents, w.r.plan.tasks[src].name)) {
 		o.link = chaos.NewLink(w.r.cfg.Chaos, src, o.transmit, &w.r.chaosCnt)
 	}
 	return o

@@ -49,6 +49,7 @@ type plan struct {
 	workers   int
 	outs      map[string]map[string]*streamOut // component -> stream -> routes
 	crashable []int                            // worker slots that hold no stateful task
+	holders   []int                            // tasks that keep output logs (stateful bolts with dedup)
 }
 
 func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
@@ -83,6 +84,13 @@ func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 		}
 	}
 	p.place(cfg.Chaos.CrashEvery > 0)
+	if cfg.dedupOn() {
+		for _, t := range p.tasks {
+			if t.stateful && t.comp != nil && !t.comp.IsSpout() {
+				p.holders = append(p.holders, t.id)
+			}
+		}
+	}
 	for _, c := range topo.Components {
 		m := map[string]*streamOut{}
 		for _, s := range c.StreamNames() {
@@ -134,6 +142,16 @@ func (p *plan) place(protectStateful bool) {
 			p.crashable = append(p.crashable, s)
 		}
 	}
+}
+
+// logs reports whether task keeps an output log and a dedup filter.
+func (p *plan) logs(task int) bool {
+	for _, h := range p.holders {
+		if h == task {
+			return true
+		}
+	}
+	return false
 }
 
 // ackerFor is the acker task that tracks tree.

@@ -19,13 +19,23 @@ type pendingRoot struct {
 	values   topology.Values
 	start    time.Time
 	bytes    int64
-	crash    int64 // crash ID this record is being replayed for, 0 if none
-	direct   int   // task index for EmitDirect, -1 otherwise
+	crashes  []int64 // crashes whose recovery waits for this root
+	direct   int     // task index for EmitDirect, -1 otherwise
+	tree     uint64  // current attempt
+	done     bool    // acked (perhaps by an earlier attempt completing late)
 }
 
+// recovery tracks the roots replayed after a crash.
 type recovery struct {
 	remaining int
 	at        time.Time
+}
+
+// retiredTree is an attempt the spout gave up on (timeout, crash) that may
+// still complete: if it does, the root is done and its replay is dropped.
+type retiredTree struct {
+	p  *pendingRoot
+	at time.Time
 }
 
 // spoutExec runs one spout task and its side of the acking protocol.
@@ -40,12 +50,13 @@ type spoutExec struct {
 	acks, fails  []topology.MsgID // delivered to the spout outside Next
 	exhausted    bool
 	emitted      int
-	recovering   map[int64]*recovery
+	recovering   map[int64]*recovery // by crash ID
+	retired      map[uint64]retiredTree
 	lastScan     time.Time
 }
 
 func newSpoutExec(b base) *spoutExec {
-	s := &spoutExec{base: b, spout: b.info.comp.SpoutFn(), pending: map[uint64]*pendingRoot{}, recovering: map[int64]*recovery{}}
+	s := &spoutExec{base: b, spout: b.info.comp.SpoutFn(), pending: map[uint64]*pendingRoot{}, recovering: map[int64]*recovery{}, retired: map[uint64]retiredTree{}}
 	if sr, ok := s.spout.(topology.SelfReplaying); ok {
 		s.selfReplay = sr.ReplaysItself()
 	}
@@ -73,7 +84,9 @@ func (s *spoutExec) run(ctx context.Context) {
 			if len(s.replayQ) > 0 {
 				n := min(len(s.replayQ), s.r.cfg.BatchSize)
 				for _, p := range s.replayQ[:n] {
-					s.replay(p)
+					if !p.done {
+						s.replay(p)
+					}
 				}
 				s.replayQ = append(s.replayQ[:0], s.replayQ[n:]...)
 				busy = true
@@ -142,10 +155,21 @@ func (s *spoutExec) housekeep(now time.Time) {
 		for tree, p := range s.pending {
 			if now.Sub(p.start) >= s.r.cfg.MessageTimeout {
 				s.cc.timedOut.Add(1)
+				s.retire(tree, p, now)
 				s.failTree(tree, p)
 			}
 		}
+		for tree, rt := range s.retired {
+			if now.Sub(rt.at) >= 2*s.r.cfg.MessageTimeout {
+				delete(s.retired, tree)
+			}
+		}
 	}
+}
+
+// retire remembers an attempt given up on without the acker's verdict.
+func (s *spoutExec) retire(tree uint64, p *pendingRoot, now time.Time) {
+	s.retired[tree] = retiredTree{p: p, at: now}
 }
 
 // deliver calls Ack and Fail outside Next, so the spout never sees them
@@ -169,22 +193,37 @@ func (s *spoutExec) onNotices(f *wire.Frame) {
 	for _, n := range f.Notices {
 		p := s.pending[n.Tree]
 		if p == nil {
-			continue // already failed by timeout or a crash, or a stray notice
+			// An attempt given up on may still complete: then the root is
+			// done, and its replay is not needed.
+			if rt, ok := s.retired[n.Tree]; ok && n.Type == wire.NoticeComplete {
+				delete(s.retired, n.Tree)
+				s.complete(rt.p, now)
+			}
+			continue
 		}
 		switch n.Type {
 		case wire.NoticeComplete:
-			delete(s.pending, n.Tree)
-			s.pendingBytes -= p.bytes
-			s.cc.acked.Add(1)
-			s.cc.latency.observe(now.Sub(p.start))
-			s.acks = append(s.acks, p.id)
-			if p.crash != 0 {
-				s.recovered(p.crash, now)
-			}
+			s.complete(p, now)
 		case wire.NoticeFailed:
 			s.failTree(n.Tree, p)
 		}
 	}
+}
+
+// complete acks a root once, whichever of its attempts completed.
+func (s *spoutExec) complete(p *pendingRoot, now time.Time) {
+	if p.done {
+		return
+	}
+	p.done = true
+	if s.pending[p.tree] == p {
+		delete(s.pending, p.tree)
+		s.pendingBytes -= p.bytes
+		s.cc.latency.observe(now.Sub(p.start))
+	}
+	s.cc.acked.Add(1)
+	s.acks = append(s.acks, p.id)
+	s.recovered(p, now)
 }
 
 func (s *spoutExec) failTree(tree uint64, p *pendingRoot) {
@@ -194,8 +233,9 @@ func (s *spoutExec) failTree(tree uint64, p *pendingRoot) {
 	s.fails = append(s.fails, p.id)
 	if !s.selfReplay {
 		s.replayQ = append(s.replayQ, p)
-	} else if p.crash != 0 {
-		s.recovered(p.crash, time.Now())
+	} else {
+		p.done = true
+		s.recovered(p, time.Now())
 	}
 }
 
@@ -212,39 +252,45 @@ func (s *spoutExec) drainSys() {
 
 // onDead fails every tree in flight when a worker dies, instead of waiting
 // for the message timeout. The acker does not know which trees touched the
-// dead worker, so all of them are replayed (docs/design-notes.md).
+// dead worker, so all of them are replayed (docs/design-notes.md). The
+// crash has recovered when the last of those roots completes; a root caught
+// by two crashes counts for both.
 func (s *spoutExec) onDead(n deadNotice) {
 	if !s.track {
 		return
 	}
-	rec := &recovery{at: n.at}
+	now := time.Now()
 	for tree, p := range s.pending {
-		p.crash = n.crash
-		rec.remaining++
+		s.retire(tree, p, now)
 		s.failTree(tree, p)
 	}
+	rec := &recovery{at: n.at}
 	for _, p := range s.replayQ {
-		if p.crash != n.crash {
-			p.crash = n.crash
+		if !p.done {
+			p.crashes = append(p.crashes, n.crash)
 			rec.remaining++
 		}
 	}
 	if rec.remaining == 0 {
-		s.r.recov.report(n.crash, time.Since(n.at))
+		s.r.recov.report(n.crash, now.Sub(n.at))
 		return
 	}
 	s.recovering[n.crash] = rec
 }
 
-func (s *spoutExec) recovered(crash int64, now time.Time) {
-	rec := s.recovering[crash]
-	if rec == nil {
-		return
+// recovered counts p as done for every crash that waits for it.
+func (s *spoutExec) recovered(p *pendingRoot, now time.Time) {
+	for _, c := range p.crashes {
+		rec := s.recovering[c]
+		if rec == nil {
+			continue
+		}
+		if rec.remaining--; rec.remaining == 0 {
+			delete(s.recovering, c)
+			s.r.recov.report(c, now.Sub(rec.at))
+		}
 	}
-	if rec.remaining--; rec.remaining <= 0 {
-		delete(s.recovering, crash)
-		s.r.recov.report(crash, now.Sub(rec.at))
-	}
+	p.crashes = nil
 }
 
 func (s *spoutExec) replay(p *pendingRoot) {
@@ -291,6 +337,7 @@ func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.V
 		p = &pendingRoot{id: id, recordID: rec.ID, stream: stream, values: values, bytes: int64(size), direct: direct}
 	}
 	p.start = time.Now()
+	p.tree = tree
 	s.pending[tree] = p
 	s.pendingBytes += p.bytes
 }

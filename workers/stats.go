@@ -18,6 +18,25 @@ type componentCounters struct {
 	timedOut atomic.Int64 // spout: trees timed out
 	panics   atomic.Int64 // bolt: Execute panicked
 	latency  histogram    // spout: complete latency
+
+	// Dedup and output logs (stateful bolts).
+	dupDropped atomic.Int64 // confirmed duplicates: user code not run
+	suspects   atomic.Int64 // Bloom said maybe, nothing confirmed: processed
+	reemitted  atomic.Int64 // logged outputs sent again for duplicates
+	logPeak    atomic.Int64 // most entries one task's log held
+	expired    atomic.Int64 // log entries dropped by the expiry safety net
+	fillBits   atomic.Uint64
+	fpBits     atomic.Uint64
+}
+
+// maxFloat stores v into a if it is larger (floats as bits).
+func maxFloat(a *atomic.Uint64, v float64) {
+	for {
+		old := a.Load()
+		if math.Float64frombits(old) >= v || a.CompareAndSwap(old, math.Float64bits(v)) {
+			return
+		}
+	}
 }
 
 // transportCounters count frames and records per worker and for the run.
@@ -93,6 +112,13 @@ type ComponentSummary struct {
 	Replayed int64
 	TimedOut int64
 	Panics   int64
+	// Dedup (stateful bolts, at-least-once): duplicates dropped without
+	// running user code, Bloom suspects processed because nothing confirmed
+	// them, logged outputs re-emitted, the largest log, and the Bloom
+	// filter's fill and estimated false-positive rate at the end.
+	DuplicatesDropped, Suspects, ReEmitted int64
+	LogPeakEntries, LogExpired             int64
+	BloomFill, BloomFPRate                 float64
 	// Complete latency of the spout's trees (at-least-once only).
 	LatencyP50, LatencyP99, LatencyP999 time.Duration
 }
@@ -124,6 +150,10 @@ type Summary struct {
 	// dropped when the run ended: lost in transit (at-most-once) or in a
 	// crashed worker (replayed in at-least-once).
 	Unaccounted int64
+	// LogEntries is what the output logs still held at the end: 0 unless a
+	// completion notice was lost, in which case the entry would have
+	// expired after ten message timeouts (the run does not wait for that).
+	LogEntries int64
 
 	Chaos      ChaosSummary
 	Crashes    int

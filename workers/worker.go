@@ -281,7 +281,7 @@ func (w *Worker) housekeeping(ctx context.Context) {
 func (w *Worker) congested() bool {
 	high := w.r.cfg.QueueSize * 3 / 4
 	for _, t := range w.tasks {
-		if t != nil && len(t.data) >= high {
+		if t != nil && (len(t.data) >= high || w.r.logFull[t.info.id].Load()) {
 			return true
 		}
 	}

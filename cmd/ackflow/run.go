@@ -187,6 +187,15 @@ func printSummary(w io.Writer, s *workers.Summary) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", c.Name, c.Tasks, c.Emitted, c.Executed, c.Acked, c.Failed, c.Replayed, c.TimedOut, lat)
 	}
 	tw.Flush()
+	for _, c := range s.Components {
+		if c.DuplicatesDropped+c.Suspects+c.ReEmitted+c.LogPeakEntries > 0 {
+			fmt.Fprintf(w, "dedup in %s: %d duplicates dropped, %d outputs re-emitted, %d Bloom suspects processed; log peak %d entries, %d left; Bloom fill %.3f, est. false positives %.2g\n",
+				c.Name, c.DuplicatesDropped, c.ReEmitted, c.Suspects, c.LogPeakEntries, s.LogEntries, c.BloomFill, c.BloomFPRate)
+		}
+	}
+	if s.DuplicateFrames > 0 {
+		fmt.Fprintf(w, "%d frames delivered twice were dropped\n", s.DuplicateFrames)
+	}
 	if s.BadFrames+s.FencedRecords+s.CtrlDropped+s.PublishErrors > 0 {
 		fmt.Fprintf(w, "dropped: %d bad frames, %d fenced records, %d control frames on full inboxes, %d publish errors\n",
 			s.BadFrames, s.FencedRecords, s.CtrlDropped, s.PublishErrors)

@@ -134,9 +134,15 @@ func atMost(t *testing.T, got, want map[string]int64) {
 }
 
 func runWordCount(t *testing.T, lines int, seed uint64, edit func(*workers.Config)) (*workers.Summary, map[string]int64, map[string]int64) {
+	return runPaced(t, lines, 0, seed, edit)
+}
+
+// runPaced is runWordCount with the spout paced to linesPerSec (0: unpaced),
+// so that a run lasts long enough for crashes to happen during it.
+func runPaced(t *testing.T, lines int, linesPerSec float64, seed uint64, edit func(*workers.Config)) (*workers.Summary, map[string]int64, map[string]int64) {
 	t.Helper()
 	path, oracle := randomText(t, lines, seed)
-	job, err := wordcount.New(wordcount.Config{Input: path, Lines: 1, Split: 3, Count: 2})
+	job, err := wordcount.New(wordcount.Config{Input: path, Lines: 1, Split: 3, Count: 2, LinesPerSec: linesPerSec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,9 +198,9 @@ func TestAtMostOnceUnderLossyChaosEnds(t *testing.T) {
 
 func TestAtLeastOnceWithWorkerCrashes(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	sum, got, oracle := runWordCount(t, 60000, 46, func(c *workers.Config) {
+	sum, got, oracle := runPaced(t, 30000, 8000, 46, func(c *workers.Config) {
 		c.Guarantee = workers.AtLeastOnce
-		c.Chaos = chaos.Config{CrashEvery: 700 * time.Millisecond, Seed: 5}
+		c.Chaos = chaos.Config{CrashEvery: time.Second, Seed: 5}
 		c.MessageTimeout = 20 * time.Second // recovery must not come from timeouts
 		c.MaxSpoutPending = 512
 	})
@@ -210,4 +216,76 @@ func TestAtLeastOnceWithWorkerCrashes(t *testing.T) {
 			t.Fatalf("recovery took %v", d)
 		}
 	}
+}
+
+var lossyDup = chaos.Config{Drop: 0.05, Dup: 0.05, Reorder: 0.1, Delay: 2 * time.Millisecond, DelayProb: 0.3, Seed: 17}
+
+func TestDedupMakesAtLeastOnceExactUnderChaos(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	sum, got, oracle := runWordCount(t, 20000, 47, func(c *workers.Config) {
+		c.Guarantee = workers.AtLeastOnce
+		c.Chaos = lossyDup
+		c.BatchSize = 64
+	})
+	compare(t, got, oracle)
+	count := sum.Component("count")
+	if count.DuplicatesDropped == 0 || sum.Component("lines").Replayed == 0 {
+		t.Fatalf("no duplicate was dropped (%d) or nothing replayed; the test proves nothing", count.DuplicatesDropped)
+	}
+	t.Logf("count dropped %d duplicates, %d suspects", count.DuplicatesDropped, count.Suspects)
+}
+
+func TestWithoutDedupChaosDoubleCounts(t *testing.T) {
+	// The control for the test above: the same chaos without dedup counts
+	// some words more than once, so the exact result above is dedup's work.
+	defer goleak.VerifyNone(t)
+	_, got, oracle := runWordCount(t, 20000, 47, func(c *workers.Config) {
+		c.Guarantee = workers.AtLeastOnce
+		c.Chaos = lossyDup
+		c.BatchSize = 64
+		c.NoDedup = true
+	})
+	atLeast(t, got, oracle)
+	over := 0
+	for w, n := range got {
+		if n > oracle[w] {
+			over++
+		}
+	}
+	if over == 0 {
+		t.Fatal("without dedup no word was counted twice; the chaos is too weak to prove anything")
+	}
+}
+
+func TestDedupExactWhenStatelessWorkerCrashes(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	sum, got, oracle := runPaced(t, 12000, 4000, 48, func(c *workers.Config) {
+		c.Guarantee = workers.AtLeastOnce
+		c.Chaos = lossyDup
+		c.Chaos.CrashEvery = time.Second
+		c.BatchSize = 64
+		c.MaxSpoutPending = 512
+	})
+	compare(t, got, oracle)
+	if sum.Crashes == 0 {
+		t.Fatal("no worker crashed")
+	}
+}
+
+func TestTinyBloomFilterLosesNothing(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	sum, got, oracle := runWordCount(t, 20000, 49, func(c *workers.Config) {
+		c.Guarantee = workers.AtLeastOnce
+		c.Chaos = lossyDup
+		c.BatchSize = 64
+		// About half of all never-seen IDs look "maybe seen".
+		c.Dedup.FPRate = 0.5
+		c.Dedup.Generations = 2
+	})
+	compare(t, got, oracle)
+	count := sum.Component("count")
+	if count.Suspects == 0 {
+		t.Fatal("no Bloom suspect was counted; the filter is not tiny enough to prove anything")
+	}
+	t.Logf("suspects %d, duplicates %d, est. false-positive rate %.2f", count.Suspects, count.DuplicatesDropped, count.BloomFPRate)
 }

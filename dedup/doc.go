@@ -1,0 +1,64 @@
+// Package dedup is the receiver-side duplicate filter of a stateful task or a
+// sink (DESIGN.md section 6). After a failure, upstream tasks replay what they
+// logged, so a task sees again records it has already applied to its state.
+// Each such task owns one Filter and asks it about every input ID before
+// running user code:
+//
+//   - Fresh: process the record.
+//   - Duplicate: do not run user code again; re-emit the outputs logged for
+//     this input (same record IDs, new edges) and ack. That keeps a replay
+//     from double-counting here while still reaching downstream tasks that
+//     missed it.
+//   - Suspect: process the record and count it in a metric.
+//
+// # Why a "maybe" is confirmed exactly
+//
+// The fast path is a Bloom filter: a few bits per ID and a handful of memory
+// probes tell "never seen" from "maybe seen". A Bloom filter has false
+// positives, and dropping a record on a false positive would lose it for
+// good: nothing upstream would ever replay it, because the drop is acked.
+// So a "maybe" is only a reason to look further. The record is dropped only
+// when an exact record says it was processed: the caller's own (its output-log
+// index holds every input whose tree has not completed; a JetStream sink has
+// the server's Nats-Msg-Id window) or the Filter's ring of recently completed
+// IDs, which covers the inputs whose log entries were already trimmed.
+// A maybe that nothing confirms is a Suspect and is processed: at worst a
+// genuine duplicate that outlived every exact record is processed twice,
+// which is the at-least-once contract; a record is never lost.
+//
+// The Bloom filter thus does not decide anything; it keeps the exact lookups
+// (a callback into the caller, a hash table probe) off the path of the
+// overwhelming majority of records, which are new.
+//
+// # How generations bound the window
+//
+// A Bloom filter cannot forget, and one that keeps taking IDs fills up until
+// every answer is "maybe". The Filter therefore keeps Generations Bloom
+// filters of equal size. The newest takes every add; when it holds
+// Window/(Generations-1) IDs, the oldest is cleared and becomes the new
+// newest. A lookup asks every generation. So the filter always remembers
+// the last Window IDs it saw and never more than the last
+// Window*Generations/(Generations-1), and its memory and false-positive
+// rate stay fixed however long the task runs: each generation is sized for
+// its share at FPRate/Generations, so the chance that some generation
+// answers "maybe" for a never-seen ID stays below FPRate.
+//
+// An ID older than the window comes back Fresh even if an exact record
+// still holds it, and is processed again. Window must therefore exceed the
+// number of IDs a task checks while an exact record can still confirm one:
+// the inputs pending in its log plus the ring's Exact completions, with
+// room for the time a replay takes to arrive.
+//
+// # Cost
+//
+// Check and Completed allocate nothing; all memory is taken at New, and
+// Stats reports BitsPerID (about 25 for the default config, 18 at FPRate
+// 0.01). Check hashes the ID once (IDs are hashes already; a splitmix64
+// remix guards against counters) and derives every probe position from
+// that, the same positions in every generation, so a fresh ID costs a few
+// probes per generation (they stop at a clear bit) plus k bit sets in the
+// newest: one hash where the bloom package's own Add and Test would hash the
+// ID once per generation and again to add it.
+//
+// A Filter is not safe for concurrent use; the task's goroutine owns it.
+package dedup
