@@ -23,7 +23,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	l := r.Latency
 	fmt.Fprintf(w, "\ncomplete latency at %.0f records/s (50%% of the at-least-once peak): p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms\n", l.LoadRecordsPerSec, l.P50Ms, l.P99Ms, l.P999Ms)
-	fmt.Fprint(w, "\nscaling (at-least-once):\n")
+	fmt.Fprint(w, "\nscaling (at-least-once, dedup off):\n")
 	for _, s := range r.Parallelism {
 		fmt.Fprintf(w, "  parallelism %d: %.0f records/s\n", s.Parallelism, s.RecordsPerSec)
 	}
@@ -31,7 +31,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  %5d-byte records: %.0f records/s, %.1f MiB/s\n", s.RecordBytes, s.RecordsPerSec, s.MiBPerSec)
 	}
 	rc := r.Recovery
-	fmt.Fprintf(w, "\nrecovery at 50%% load, 3 workers: %d crashes; every tree complete after %s ms; throughput back to 90%% after %s ms; %d words lost\n",
+	fmt.Fprintf(w, "\nrecovery at 50%% of the dedup peak, 3 workers: %d crashes; every tree complete after %s ms; throughput back to 90%% after %s ms; %d words lost\n",
 		rc.Crashes, floats(rc.TreesCompleteMs), floats(rc.Throughput90Ms), rc.Lost)
 	m := r.Memory
 	fmt.Fprintf(w, "\nmemory: acker %.1f bytes per pending tree", m.AckerBytesPerTree)

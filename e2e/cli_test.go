@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -202,5 +203,52 @@ func TestRunBundledAtLeastOnceWithChaos(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "1.    the") || !strings.Contains(stdout, "chaos:") {
 		t.Fatalf("unexpected output:\n%s", stdout)
+	}
+}
+
+// TestBenchQuick is the CI smoke test of the benchmark suite: it fails only
+// if a run errors or loses records, never on timing.
+func TestBenchQuick(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "bench.json")
+	stdout, stderr, err := ackflow(t, 5*time.Minute, "bench", "--quick", "--json", out)
+	if err != nil {
+		t.Fatalf("ackflow bench --quick failed: %v\n%s\n%s", err, stdout, stderr)
+	}
+	t.Log(stdout)
+	var rep struct {
+		Rows []struct {
+			Name          string  `json:"name"`
+			RecordsPerSec float64 `json:"records_per_sec"`
+			Lost          int64   `json:"lost"`
+		} `json:"rows"`
+		Recovery struct {
+			Lost int64 `json:"lost"`
+		} `json:"recovery"`
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, r := range rep.Rows {
+		names[r.Name] = true
+		if r.RecordsPerSec <= 0 || r.Lost != 0 {
+			t.Errorf("row %s: %.0f records/s, %d lost", r.Name, r.RecordsPerSec, r.Lost)
+		}
+	}
+	for _, n := range []string{"raw-nats", "jetstream-chain", "at-most-once", "at-least-once", "at-least-once-dedup"} {
+		if !names[n] {
+			t.Errorf("row %s missing", n)
+		}
+	}
+	if rep.Recovery.Lost != 0 {
+		t.Errorf("recovery lost %d records", rep.Recovery.Lost)
+	}
+	if svg, err := os.ReadFile(filepath.Join(dir, "bench.svg")); err != nil || !bytes.Contains(svg, []byte("<svg")) {
+		t.Errorf("no SVG chart next to the JSON: %v", err)
 	}
 }

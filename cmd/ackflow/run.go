@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,10 +24,11 @@ import (
 
 type runFlags struct {
 	input, output, guarantee, parallelism, chaos, natsURL, logLevel string
+	cpuProfile                                                      string
 	workers, batch, maxPending, ackers                              int
 	linger, timeout                                                 time.Duration
 	rate                                                            float64
-	quiet                                                           bool
+	quiet, dedup                                                    bool
 }
 
 func newRunCmd() *cobra.Command {
@@ -63,6 +65,8 @@ exhausted and everything in flight is processed, then prints a summary.`,
 	fl.Float64Var(&f.rate, "rate", 0, "lines per second read by the spouts (default: as fast as flow control allows)")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress line")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (read it with go tool pprof)")
+	fl.BoolVar(&f.dedup, "dedup", true, "drop replayed duplicates in stateful bolts (at-least-once)")
 	return cmd
 }
 
@@ -82,6 +86,7 @@ func runJob(cmd *cobra.Command, name string, f runFlags) error {
 		return err
 	}
 	cfg.Workers = f.workers
+	cfg.NoDedup = !f.dedup
 	cfg.NATSURL = f.natsURL
 	setIf(&cfg.BatchSize, f.batch)
 	setIf(&cfg.MaxSpoutPending, f.maxPending)
@@ -118,6 +123,17 @@ func runJob(cmd *cobra.Command, name string, f runFlags) error {
 		p := newProgress(job.TotalBytes, job.ReadBytes)
 		defer p.finish()
 		cfg.Progress = p.update
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cannot write the CPU profile: %w", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	sum, err := workers.RunLocal(ctx, job.Topology, cfg)
 	if err != nil {
