@@ -83,8 +83,10 @@ func (t *Tracker) Pending() int {
 //   - FAIL yields NoticeFailed and forgets the tree. Before the INIT it
 //     yields a NoSpout verdict for the holders and remembers the tree as
 //     failed, so that the INIT yields NoticeFailed for the spout.
-//   - RESET moves the tree to the newest bucket, restarting its timeout. A
-//     RESET for an unknown tree is ignored: there is nothing to time out.
+//   - RESET moves the tree to the newest bucket, restarting its timeout, and
+//     for an INITed tree yields NoticeReset for the spout, whose own timer
+//     must restart too. A RESET for an unknown tree is ignored: there is
+//     nothing to time out.
 //
 // Messages of an unknown type are ignored; the wire decoder refuses them.
 func (t *Tracker) Handle(m wire.AckMsg, out []Verdict) []Verdict {
@@ -123,8 +125,20 @@ func (t *Tracker) Handle(m wire.AckMsg, out []Verdict) []Verdict {
 			delete(t.buckets[i], k)
 			store(t.buckets[0], k, e)
 		}
+		if e.inited() {
+			// The spout keeps its own timer for the tree; it must hear too.
+			return append(out, Verdict{Type: wire.NoticeReset, Tree: m.Tree, SpoutTask: t.spoutOf(m.Tree, e.state)})
+		}
 	}
 	return out
+}
+
+// spoutOf returns the spout task of an INITed tree that stays pending.
+func (t *Tracker) spoutOf(tree uint64, state uint16) int32 {
+	if state != stateBigSpout {
+		return int32(state - spoutBase)
+	}
+	return t.bigSpouts[tree]
 }
 
 // find returns the index of the bucket holding k and its entry. For a tree

@@ -45,6 +45,11 @@ func tick(want ...Verdict) step { return step{tick: true, want: want} }
 
 func msg(m wire.AckMsg, want ...Verdict) step { return step{msg: m, want: want} }
 
+// reset is the verdict a RESET of an INITed tree yields for its spout.
+func reset(tree uint64, spout int32) Verdict {
+	return Verdict{Type: wire.NoticeReset, Tree: tree, SpoutTask: spout}
+}
+
 func sortVerdicts(vs []Verdict) {
 	slices.SortFunc(vs, func(a, b Verdict) int {
 		if a.Tree != b.Tree {
@@ -235,7 +240,7 @@ func TestHandle(t *testing.T) {
 			steps: []step{
 				msg(initMsg(1, a, 7)),
 				tick(), tick(),
-				msg(resetMsg(1)),
+				msg(resetMsg(1), reset(1, 7)),
 				tick(), tick(),
 				tick(failed(1, 7, 0)),
 			},
@@ -245,7 +250,7 @@ func TestHandle(t *testing.T) {
 			steps: []step{
 				msg(initMsg(1, a, 7)),
 				tick(),
-				msg(resetMsg(1)),
+				msg(resetMsg(1), reset(1, 7)),
 				tick(), tick(), // without the RESET the second would expire it
 				tick(failed(1, 7, 0)),
 			},
@@ -254,7 +259,7 @@ func TestHandle(t *testing.T) {
 			name: "reset in the newest bucket changes nothing",
 			steps: []step{
 				msg(initMsg(1, a, 7)),
-				msg(resetMsg(1)),
+				msg(resetMsg(1), reset(1, 7)),
 				tick(), tick(),
 				tick(failed(1, 7, 0)),
 			},
@@ -270,7 +275,7 @@ func TestHandle(t *testing.T) {
 			steps: []step{
 				msg(initMsg(1, a, 7)),
 				tick(),
-				msg(resetMsg(1)),
+				msg(resetMsg(1), reset(1, 7)),
 				msg(ackMsg(1, a, 4), complete(1, 7, bit(4))),
 			},
 		},
@@ -665,8 +670,10 @@ func TestPropertyInterleavedTreesAcrossTicks(t *testing.T) {
 		}
 		if r.IntN(10) == 0 {
 			out = tr.Handle(resetMsg(m.Tree), out[:0])
-			if len(out) != 0 {
-				t.Fatalf("RESET produced %+v", out)
+			for _, v := range out {
+				if v.Type != wire.NoticeReset || v.Tree != m.Tree {
+					t.Fatalf("RESET produced %+v", out)
+				}
 			}
 		}
 		left[m.Tree]--

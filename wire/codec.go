@@ -88,12 +88,14 @@ func (t NoticeType) String() string {
 		return "complete"
 	case NoticeFailed:
 		return "failed"
+	case NoticeReset:
+		return "reset"
 	}
 	return fmt.Sprintf("NoticeType(%d)", uint8(t))
 }
 
 func (t AckType) valid() bool    { return t >= AckInit && t <= AckReset }
-func (t NoticeType) valid() bool { return t == NoticeComplete || t == NoticeFailed }
+func (t NoticeType) valid() bool { return t >= NoticeComplete && t <= NoticeReset }
 
 // AppendFrame appends the encoding of f to dst and returns the extended
 // buffer. Only the slice that matches f.Kind is encoded. Passing a reused
@@ -137,7 +139,7 @@ func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 		for i := range f.Notices {
 			n := &f.Notices[i]
 			if !n.Type.valid() {
-				return dst[:start], fmt.Errorf("wire: notice %d has unknown type %d; use NoticeComplete or NoticeFailed", i, uint8(n.Type))
+				return dst[:start], fmt.Errorf("wire: notice %d has unknown type %d; use NoticeComplete, NoticeFailed or NoticeReset", i, uint8(n.Type))
 			}
 			dst = append(dst, byte(n.Type))
 			dst = binary.LittleEndian.AppendUint64(dst, n.Tree)

@@ -162,8 +162,8 @@ func TestEncodeErrors(t *testing.T) {
 		{"zero kind", &Frame{}, "wire: frame has unknown kind 0; use KindData, KindAck or KindNotice"},
 		{"unknown ack type", &Frame{Kind: KindAck, Acks: []AckMsg{{Type: AckInit}, {Type: 0}}},
 			"wire: ack 1 has unknown type 0; use AckInit, AckAck, AckFail or AckReset"},
-		{"unknown notice type", &Frame{Kind: KindNotice, Notices: []Notice{{Type: 3}}},
-			"wire: notice 0 has unknown type 3; use NoticeComplete or NoticeFailed"},
+		{"unknown notice type", &Frame{Kind: KindNotice, Notices: []Notice{{Type: 4}}},
+			"wire: notice 0 has unknown type 4; use NoticeComplete, NoticeFailed or NoticeReset"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -228,7 +228,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"task beyond int32", hdr(KindAck, 1, byte(AckAck), 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x10),
 			ErrCorrupt, "does not fit in 32 bits"},
 		{"unknown ack type", hdr(KindAck, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0), ErrCorrupt, "unknown ack type 0"},
-		{"unknown notice type", hdr(KindNotice, 1, 3, 1, 0, 0, 0, 0, 0, 0, 0), ErrCorrupt, "unknown notice type 3"},
+		{"unknown notice type", hdr(KindNotice, 1, 4, 1, 0, 0, 0, 0, 0, 0, 0), ErrCorrupt, "unknown notice type 4"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -59,6 +59,9 @@ type NoticeType uint8
 const (
 	NoticeComplete NoticeType = 1
 	NoticeFailed   NoticeType = 2
+	// NoticeReset tells the spout that a bolt reset the tree's timeout
+	// (Collector.ResetTimeout): the spout restarts its own timer.
+	NoticeReset NoticeType = 3
 )
 
 // Notice tells a task that a tree completed or failed.

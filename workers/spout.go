@@ -206,6 +206,8 @@ func (s *spoutExec) onNotices(f *wire.Frame) {
 			s.complete(p, now)
 		case wire.NoticeFailed:
 			s.failTree(n.Tree, p)
+		case wire.NoticeReset:
+			p.start = now
 		}
 	}
 }
