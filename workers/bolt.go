@@ -178,6 +178,9 @@ func (b *boltExec) gauges() {
 	if n > b.cc.logPeak.Load() {
 		b.cc.logPeak.Store(n)
 	}
+	if nb := b.log.Bytes(); nb > b.cc.logBytes.Load() {
+		b.cc.logBytes.Store(nb)
+	}
 }
 
 // expire is the safety net for entries whose completion notice was lost:

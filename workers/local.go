@@ -261,7 +261,7 @@ func (r *run) summary(elapsed time.Duration, crashes int64) *Summary {
 			Emitted: cc.emitted.Load(), Executed: cc.executed.Load(), Acked: cc.acked.Load(),
 			Failed: cc.failed.Load(), Replayed: cc.replayed.Load(), TimedOut: cc.timedOut.Load(), Panics: cc.panics.Load(),
 			DuplicatesDropped: cc.dupDropped.Load(), Suspects: cc.suspects.Load(), ReEmitted: cc.reemitted.Load(),
-			LogPeakEntries: cc.logPeak.Load(), LogExpired: cc.expired.Load(), BloomFill: math.Float64frombits(cc.fillBits.Load()), BloomFPRate: math.Float64frombits(cc.fpBits.Load()),
+			LogPeakEntries: cc.logPeak.Load(), LogPeakBytes: cc.logBytes.Load(), LogExpired: cc.expired.Load(), BloomFill: math.Float64frombits(cc.fillBits.Load()), BloomFPRate: math.Float64frombits(cc.fpBits.Load()),
 			LatencyP50: cc.latency.quantile(0.5), LatencyP99: cc.latency.quantile(0.99), LatencyP999: cc.latency.quantile(0.999),
 		}
 		if cs.Spout {

@@ -24,6 +24,7 @@ type componentCounters struct {
 	suspects   atomic.Int64 // Bloom said maybe, nothing confirmed: processed
 	reemitted  atomic.Int64 // logged outputs sent again for duplicates
 	logPeak    atomic.Int64 // most entries one task's log held
+	logBytes   atomic.Int64 // most bytes one task's log held
 	expired    atomic.Int64 // log entries dropped by the expiry safety net
 	fillBits   atomic.Uint64
 	fpBits     atomic.Uint64
@@ -117,7 +118,8 @@ type ComponentSummary struct {
 	// them, logged outputs re-emitted, the largest log, and the Bloom
 	// filter's fill and estimated false-positive rate at the end.
 	DuplicatesDropped, Suspects, ReEmitted int64
-	LogPeakEntries, LogExpired             int64
+	LogPeakEntries, LogPeakBytes           int64
+	LogExpired                             int64
 	BloomFill, BloomFPRate                 float64
 	// Complete latency of the spout's trees (at-least-once only).
 	LatencyP50, LatencyP99, LatencyP999 time.Duration

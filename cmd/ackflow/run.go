@@ -205,8 +205,8 @@ func printSummary(w io.Writer, s *workers.Summary) {
 	tw.Flush()
 	for _, c := range s.Components {
 		if c.DuplicatesDropped+c.Suspects+c.ReEmitted+c.LogPeakEntries > 0 {
-			fmt.Fprintf(w, "dedup in %s: %d duplicates dropped, %d outputs re-emitted, %d Bloom suspects processed; log peak %d entries, %d left; Bloom fill %.3f, est. false positives %.2g\n",
-				c.Name, c.DuplicatesDropped, c.ReEmitted, c.Suspects, c.LogPeakEntries, s.LogEntries, c.BloomFill, c.BloomFPRate)
+			fmt.Fprintf(w, "dedup in %s: %d duplicates dropped, %d outputs re-emitted, %d Bloom suspects processed; log peak %d entries (%.1f KiB), %d left; Bloom fill %.3f, est. false positives %.2g\n",
+				c.Name, c.DuplicatesDropped, c.ReEmitted, c.Suspects, c.LogPeakEntries, float64(c.LogPeakBytes)/1024, s.LogEntries, c.BloomFill, c.BloomFPRate)
 		}
 	}
 	if s.DuplicateFrames > 0 {
