@@ -1,5 +1,6 @@
 # The README's test command is `make test`; .ci/run runs it, then `make e2e`.
 GO ?= go
+SHELL := /bin/bash
 
 .PHONY: test e2e bench fuzz build
 
