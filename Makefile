@@ -8,7 +8,7 @@ test:
 	$(GO) test -race -timeout 20m ./...
 
 e2e:
-	$(GO) test -tags e2e -timeout 20m -v ./e2e/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
+	$(GO) test -count=1 -tags e2e -timeout 20m -v ./e2e/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
 
 build:
 	CGO_ENABLED=0 $(GO) build -o ackflow ./cmd/ackflow
