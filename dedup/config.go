@@ -27,20 +27,25 @@ type Config struct {
 	// Window*Generations/(Generations-1) IDs) but cost more bits per ID and
 	// one more filter to probe per check.
 	Generations int
-	// Exact is the capacity of the ring of recently completed IDs, the exact
-	// record that outlives the caller's log. A replay of an ID whose log
-	// entry was trimmed is confirmed only while the ID is among the last
-	// Exact completions.
+	// Exact is how many recent completions the Filter is sure to remember
+	// exactly, the record that outlives the caller's log. A replay of an ID
+	// whose log entry was trimmed is confirmed while the ID is among the
+	// last Exact completions, and never once it is older than the last
+	// B*ceil(Exact/(B-1)), B = min(16, Exact+1): about Exact*16/15 for a
+	// large Exact. The completions are kept in B blocks that rotate like
+	// the Bloom generations (see the package doc), at about 16*B/(B-1)
+	// bytes per Exact: 17 once Exact reaches 15.
 	Exact int
 }
 
 // DefaultConfig returns a window of 1<<20 IDs in 3 generations at a 0.1%
 // false-positive rate, which costs about 25 bits per ID (3.3 MB in all), and
-// an exact ring of 1<<20 completions (32 MB). The ring must cover the time in
-// which a stale copy of a record can still arrive after a newer attempt of
-// its tree completed (a copy queued behind a backlog when its tree timed
-// out): word count under heavy chaos showed duplicates escaping a ring of
-// 1<<16, which at full speed covers only a second or two.
+// an exact record of the last 1<<20 completions (18 MB: 16 blocks of 1.1 MB).
+// The exact record must cover the time in which a stale copy of a record can
+// still arrive after a newer attempt of its tree completed (a copy queued
+// behind a backlog when its tree timed out): word count under heavy chaos
+// showed duplicates escaping a ring of 1<<16, which at full speed covers
+// only a second or two.
 func DefaultConfig() Config {
 	return Config{Window: 1 << 20, FPRate: 0.001, Generations: 3, Exact: 1 << 20}
 }
@@ -75,4 +80,22 @@ func (c Config) Validate() error {
 func (c Config) perGeneration() int {
 	g := c.Generations - 1
 	return (c.Window + g - 1) / g
+}
+
+// maxExactBlocks is B for any Exact of at least 15. Each block holds about
+// Exact/15 IDs: 1.1 MB for the default, small enough to stay in a core's L2
+// while Completed fills it. More blocks would make the bound tighter and
+// the blocks smaller, but a lookup that misses probes every block.
+const maxExactBlocks = 16
+
+// exactBlocks is how the exact record of completions is cut: into blocks
+// blocks, each taking perBlock completions before the oldest is cleared for
+// the next. Rounding perBlock up keeps the promise that the last Exact
+// completions are remembered: right after a rotation the blocks-1 full
+// blocks hold (blocks-1)*perBlock >= Exact of them. A small Exact gets
+// fewer blocks rather than blocks of zero.
+func (c Config) exactBlocks() (blocks, perBlock int) {
+	blocks = min(maxExactBlocks-1, c.Exact) + 1 // Exact+1 could overflow
+	g := blocks - 1
+	return blocks, (c.Exact + g - 1) / g
 }

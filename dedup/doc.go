@@ -21,7 +21,8 @@
 // when an exact record says it was processed: the caller's own (its output-log
 // index holds every input whose tree has not completed; a JetStream sink has
 // the server's Nats-Msg-Id window) or the Filter's ring of recently completed
-// IDs, which covers the inputs whose log entries were already trimmed.
+// IDs, which covers the inputs whose log entries were already trimmed (see
+// below for its bounds).
 // A maybe that nothing confirms is a Suspect and is processed: at worst a
 // genuine duplicate that outlived every exact record is processed twice,
 // which is the at-least-once contract; a record is never lost.
@@ -48,6 +49,23 @@
 // number of IDs a task checks while an exact record can still confirm one:
 // the inputs pending in its log plus the ring's Exact completions, with
 // room for the time a replay takes to arrive.
+//
+// # How the ring of completions stays cheap
+//
+// Completed runs for every processed input, and a lookup in the ring only
+// on a Bloom "maybe", so the ring is built for cheap inserts. It is the
+// same scheme as the generations, made exact: B = min(16, Exact+1) blocks,
+// each a small open-addressing hash set with room for
+// ceil(Exact/(B-1)) IDs at half load (about 1 MB for the default config).
+// Completed inserts into the current block, which stays in cache while it
+// fills; once it is full, the next completion clears the oldest block, one
+// sequential memclr, and goes into it. A lookup probes every block. So the
+// ring always remembers the last Exact completions and never more than the
+// last B*ceil(Exact/(B-1)), about Exact*B/(B-1). An ID takes 8 bytes in a
+// table at most half full, 16 bytes per completion a block holds, and the
+// B-th block makes that about 17 bytes per Exact. An ID completed again is
+// simply inserted again, into the current block: it is remembered from its
+// latest completion, and no count per ID is kept.
 //
 // # Cost
 //

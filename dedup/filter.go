@@ -49,7 +49,7 @@ type Filter struct {
 	m      uint64 // bits per generation
 	k      int    // probes per ID
 
-	ring ring
+	ring ring // the exact record of recent completions
 
 	checked, fresh, duplicates, suspects uint64
 }
@@ -64,14 +64,14 @@ type generation struct {
 }
 
 // New returns an empty Filter. It allocates all its memory here, about
-// BitsPerID*Window/8 bytes of Bloom filters plus 32 to 56 bytes per Exact
-// slot (for the default config 3.3 MB plus 2 MB), so that Check and
-// Completed never do.
+// BitsPerID*Window/8 bytes of Bloom filters plus 16*B/(B-1) bytes per Exact
+// completion, which is 17 for B = 16 blocks (for the default config 3.3 MB
+// plus 18 MB), so that Check and Completed never do.
 func New(cfg Config) (*Filter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &Filter{cfg: cfg, perGen: cfg.perGeneration(), ring: newRing(cfg.Exact)}
+	f := &Filter{cfg: cfg, perGen: cfg.perGeneration(), ring: newRing(cfg)}
 	f.gens = make([]generation, cfg.Generations)
 	p := cfg.FPRate / float64(cfg.Generations)
 	for i := range f.gens {
@@ -87,9 +87,9 @@ func New(cfg Config) (*Filter, error) {
 
 // Check classifies a record ID. exact is the caller's own exact record, for
 // example its output-log index ("is this input still in my log?"); it may be
-// nil. Check never returns Duplicate unless exact(id) is true or id is in the
-// ring of recent completions, so a Bloom false positive costs an exact lookup
-// and a Suspect, never a dropped record.
+// nil. Check never returns Duplicate unless exact(id) is true or id is among
+// the recent completions the Filter remembers (see Config.Exact), so a Bloom
+// false positive costs an exact lookup and a Suspect, never a dropped record.
 //
 // After Check the ID is in the newest generation whatever the verdict. A
 // replayed ID may well come again (another failure, a late copy from NATS),
@@ -114,9 +114,13 @@ func (f *Filter) Check(id uint64, exact func(uint64) bool) Verdict {
 	if !inNewest {
 		f.add(p)
 	}
-	// The ring first: it is a few nanoseconds and needs no call through a
-	// func value.
-	if f.ring.contains(id) || (exact != nil && exact(id)) {
+	// The caller's exact record first: in the runtime it is the output
+	// log's index, a map lookup, and most replays find their input still
+	// logged (its tree failed, so it was not trimmed). A ring miss probes
+	// every block, a few hundred nanoseconds in a full ring of the default
+	// config. A caller whose exact check is expensive (a remote sink) can
+	// pass nil and check Suspects itself.
+	if (exact != nil && exact(id)) || f.ring.contains(id) {
 		f.duplicates++
 		return Duplicate
 	}
@@ -124,11 +128,11 @@ func (f *Filter) Check(id uint64, exact func(uint64) bool) Verdict {
 	return Suspect
 }
 
-// Completed remembers id exactly in the ring of recent completions. The
-// caller calls it when it trims id's log entry, so that a replay arriving
-// after the trim is still confirmed. The ring is FIFO: when it is full the
-// oldest completion falls out. An ID completed twice stays until both copies
-// have fallen out.
+// Completed remembers id exactly among the recent completions. The caller
+// calls it when it trims id's log entry, so that a replay arriving after the
+// trim is still confirmed. The last Exact completions are always
+// remembered; older ones fall out a block at a time (Config.Exact gives the
+// bounds). An ID completed twice is remembered from its latest completion.
 func (f *Filter) Completed(id uint64) {
 	f.ring.push(id)
 }
@@ -149,11 +153,14 @@ type Stats struct {
 	// BitsPerID is the Bloom filters' bits divided by Window: the memory
 	// cost of remembering one ID.
 	BitsPerID float64
-	// ExactLen is the number of completions in the ring, copies included.
+	// ExactLen is the number of completions remembered exactly, an ID
+	// completed twice counted twice: all of them until the first rotation,
+	// then between Exact and B*ceil(Exact/(B-1)) (Config.Exact).
 	ExactLen int
 }
 
-// Stats returns the counters and gauges; it costs O(Generations).
+// Stats returns the counters and gauges; it costs O(Generations) plus
+// O(blocks of the exact record), at most 16.
 func (f *Filter) Stats() Stats {
 	s := Stats{
 		Checked:    f.checked,
@@ -162,7 +169,7 @@ func (f *Filter) Stats() Stats {
 		Suspects:   f.suspects,
 		FillRatio:  float64(f.gens[f.newest].ones) / float64(f.m),
 		BitsPerID:  float64(f.m) * float64(len(f.gens)) / float64(f.cfg.Window),
-		ExactLen:   f.ring.n,
+		ExactLen:   f.ring.len(),
 	}
 	// A never-seen ID is a false positive unless every generation misses:
 	// 1 - prod(1 - fill^k), summed in logs so that the tiny rates of a
@@ -274,111 +281,4 @@ func (f *Filter) rotate() {
 	g := &f.gens[f.newest]
 	g.bf.ClearAll()
 	g.ids, g.ones = 0, 0
-}
-
-// ring is the FIFO of recent completions with a multiset for membership.
-type ring struct {
-	ids  []uint64 // fixed capacity; ids[head] is the next slot to write
-	head int
-	n    int
-	set  idSet
-}
-
-func newRing(capacity int) ring {
-	return ring{ids: make([]uint64, capacity), set: newIDSet(capacity)}
-}
-
-func (r *ring) push(id uint64) {
-	if r.n == len(r.ids) {
-		r.set.remove(r.ids[r.head])
-	} else {
-		r.n++
-	}
-	r.ids[r.head] = id
-	r.set.add(id)
-	if r.head++; r.head == len(r.ids) {
-		r.head = 0
-	}
-}
-
-func (r *ring) contains(id uint64) bool { return r.set.contains(id) }
-
-// idSet is a multiset of IDs: open addressing with linear probing, at most
-// half full, with a reference count per ID so that the ring's eviction of an
-// older copy of an ID does not forget a newer one. A Go map would do the
-// same job but costs more per operation and, as deletions and insertions
-// churn, occasionally reallocates; this table never grows because the ring
-// bounds the number of distinct IDs.
-type idSet struct {
-	keys  []uint64
-	refs  []uint32 // 0 marks an empty slot, so ID 0 needs no special case
-	shift uint     // 64 - log2(len(keys))
-}
-
-func newIDSet(maxIDs int) idSet {
-	size := 2
-	for size < 2*maxIDs {
-		size <<= 1
-	}
-	return idSet{
-		keys:  make([]uint64, size),
-		refs:  make([]uint32, size),
-		shift: uint(64 - bits.TrailingZeros(uint(size))),
-	}
-}
-
-// home is the ID's preferred slot: Fibonacci hashing takes the top bits of
-// a multiply, which spreads counters as well as hashes.
-func (s *idSet) home(id uint64) int {
-	return int((id * 0x9e3779b97f4a7c15) >> s.shift)
-}
-
-// find returns the slot holding id, or the empty slot where it would go.
-func (s *idSet) find(id uint64) (slot int, found bool) {
-	mask := len(s.keys) - 1
-	for i := s.home(id); ; i = (i + 1) & mask {
-		if s.refs[i] == 0 {
-			return i, false
-		}
-		if s.keys[i] == id {
-			return i, true
-		}
-	}
-}
-
-func (s *idSet) contains(id uint64) bool {
-	_, ok := s.find(id)
-	return ok
-}
-
-func (s *idSet) add(id uint64) {
-	i, _ := s.find(id)
-	s.keys[i] = id
-	s.refs[i]++
-}
-
-// remove drops one reference to id, which must be present. When the last
-// goes, the entries after it in its probe run shift back (backward-shift
-// deletion) so that lookups need no tombstones and never slow down.
-func (s *idSet) remove(id uint64) {
-	i, ok := s.find(id)
-	if !ok {
-		return
-	}
-	if s.refs[i]--; s.refs[i] > 0 {
-		return
-	}
-	mask := len(s.keys) - 1
-	for j := (i + 1) & mask; s.refs[j] != 0; j = (j + 1) & mask {
-		// The entry at j may move into the hole at i only if its home is
-		// not cyclically within (i, j]; otherwise a lookup starting at its
-		// home would stop at the hole before reaching it.
-		h := s.home(s.keys[j])
-		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
-			s.keys[i], s.refs[i] = s.keys[j], s.refs[j]
-			s.refs[j] = 0
-			i = j
-		}
-	}
-	s.refs[i] = 0
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // A step of a scripted test: Check an ID (with or without the caller's exact
-// record confirming it), mark an ID Completed, or Check n fresh IDs to move
-// the window on.
+// record confirming it), mark an ID Completed, Check n fresh IDs to move
+// the window on, or complete n other IDs to move the ring on.
 type step struct {
 	op    string
 	id    uint64
@@ -25,6 +25,7 @@ func checkLogged(id uint64, want Verdict) step {
 }
 func complete(id uint64) step { return step{op: "complete", id: id} }
 func fill(n int) step         { return step{op: "fill", n: n} }
+func completeN(n int) step    { return step{op: "completeN", n: n} }
 
 // tiny is small enough that tests can walk through rotations, with a
 // false-positive rate low enough that the scripted IDs never hit by chance.
@@ -50,19 +51,36 @@ func TestCheckScripts(t *testing.T) {
 		{"ID 0 is an ordinary ID", tiny(100, 3, 8), []step{
 			check(0, Fresh), check(0, Suspect), complete(0), check(0, Duplicate),
 		}},
-		{"the ring forgets its oldest completion", tiny(100, 3, 2), []step{
+		// Exact 2 makes 3 blocks of 1: the ring holds exactly the last 3.
+		{"the ring forgets a completion once blocks*perBlock follow it", tiny(100, 3, 2), []step{
 			check(1, Fresh), check(2, Fresh), check(3, Fresh),
 			complete(1), complete(2), complete(3),
+			check(1, Duplicate), check(2, Duplicate), check(3, Duplicate),
+			complete(4), // clears the block of 1
 			check(1, Suspect), check(2, Duplicate), check(3, Duplicate),
 		}},
-		{"an ID completed twice outlives its older copy", tiny(100, 3, 2), []step{
-			check(1, Fresh), check(2, Fresh),
-			complete(1), complete(2), complete(1), // evicts the first copy of 1
+		// Exact 30 makes 16 blocks of 2: 1 is the first completion of a
+		// block, which is cleared by the 33rd completion, 32 after it.
+		{"the ring remembers a completion for Exact and up to blocks*perBlock-1 later ones", tiny(100, 3, 30), []step{
+			check(1, Fresh), complete(1), completeN(29), check(1, Duplicate),
+			completeN(2), check(1, Duplicate),
+			completeN(1), check(1, Suspect),
+		}},
+		// 1's second completion, the 22nd, shares a block with the 21st, so
+		// it goes with the 53rd, 31 after it.
+		{"an ID completed twice is remembered from its latest completion", tiny(100, 3, 30), []step{
+			check(1, Fresh), complete(1), completeN(20), complete(1),
+			completeN(29), // the block of the first copy is long gone
 			check(1, Duplicate),
-			complete(3), // evicts 2
-			check(2, Suspect), check(1, Duplicate),
-			complete(4), // evicts the second copy of 1
-			check(1, Suspect),
+			completeN(1), check(1, Duplicate),
+			completeN(1), check(1, Suspect),
+		}},
+		{"an ID completed twice in a row counts twice", tiny(100, 3, 2), []step{
+			check(1, Fresh), complete(1), complete(1), complete(2),
+			check(1, Duplicate),
+			complete(3), // clears the block of the first 1, not the second
+			check(1, Duplicate),
+			complete(4), check(1, Suspect),
 		}},
 		// Window 100 in 3 generations of 50: the window covers between 100
 		// and 150 IDs.
@@ -94,6 +112,7 @@ func TestCheckScripts(t *testing.T) {
 				t.Fatal(err)
 			}
 			nextFill := uint64(1) << 63 // fill IDs never meet the scripted ones
+			nextDone := uint64(1) << 62 // nor do other completions
 			for i, s := range tt.steps {
 				switch s.op {
 				case "check":
@@ -103,6 +122,11 @@ func TestCheckScripts(t *testing.T) {
 					}
 				case "complete":
 					f.Completed(s.id)
+				case "completeN":
+					for range s.n {
+						f.Completed(nextDone)
+						nextDone++
+					}
 				case "fill":
 					for range s.n {
 						if v := f.Check(nextFill, nil); v != Fresh {
@@ -156,7 +180,9 @@ func TestWindowBounds(t *testing.T) {
 
 // TestNoFalseDrops runs a filter with about one false positive in two and a
 // small ring through random traffic: fresh IDs, replays, logged inputs and
-// trims. A Duplicate must always be backed by an exact record, and with that
+// trims. A Duplicate must always be backed by an exact record: the caller's,
+// or a completion recent enough that the ring may still hold it. A Suspect
+// must never be one of the last Exact completions or in the log. With that
 // many false positives, Suspects must occur.
 func TestNoFalseDrops(t *testing.T) {
 	cfg := Config{Window: 1000, FPRate: 0.5, Generations: 3, Exact: 64}
@@ -172,17 +198,23 @@ func TestNoFalseDrops(t *testing.T) {
 		confirmed = map[uint64]bool{}        // exact ever said yes
 		inLog     = map[uint64]bool{}        // the caller's exact record now
 		logOrder  []uint64                   // inLog in arrival order, for trims
-		ring      []uint64                   // model of the ring, oldest first
+		lastDone  = map[uint64]int{}         // index of an ID's latest completion
+		nDone     int                        // completions so far
 		recent    = make([]uint64, 0, 20000) // candidates for replays
 		fpSuspect int                        // Suspects for never-seen IDs
+		windowHit int                        // ring hits between Exact and the most back
+		forgotten int                        // Suspects completed beyond the most back
 	)
-	ringHas := func(id uint64) bool {
-		for _, x := range ring {
-			if x == id {
-				return true
-			}
+	blocks, perBlock := cfg.exactBlocks()
+	most := blocks * perBlock
+	// back is how many completions came after id's latest, or -1 if id was
+	// never completed.
+	back := func(id uint64) int {
+		j, ok := lastDone[id]
+		if !ok {
+			return -1
 		}
-		return false
+		return nDone - 1 - j
 	}
 	for i := range 100_000 {
 		var id uint64
@@ -202,17 +234,23 @@ func TestNoFalseDrops(t *testing.T) {
 			}
 			return exactSaid
 		}
-		backed := inLog[id] || ringHas(id)
+		b := back(id)
+		mustRing := b >= 0 && b < cfg.Exact // among the last Exact completions
+		mayRing := b >= 0 && b < most       // not older than the ring can hold
 		v := f.Check(id, exact)
 		switch {
 		case v == Duplicate && !completed[id] && !confirmed[id]:
 			t.Fatalf("check %d: ID %d dropped as Duplicate but never completed nor confirmed", i, id)
-		case v == Duplicate && !exactSaid && !ringHas(id):
-			t.Fatalf("check %d: ID %d dropped as Duplicate with no exact record holding it now", i, id)
-		case v == Suspect && backed:
-			t.Fatalf("check %d: ID %d is Suspect though an exact record holds it", i, id)
+		case v == Duplicate && !exactSaid && !mayRing:
+			t.Fatalf("check %d: ID %d dropped as Duplicate by the ring %d completions after its latest, beyond the %d it may hold", i, id, b, most)
+		case v == Suspect && (inLog[id] || mustRing):
+			t.Fatalf("check %d: ID %d is Suspect though an exact record holds it (in log %v, %d completions back)", i, id, inLog[id], b)
 		case v == Suspect && !seen[id]:
 			fpSuspect++
+		case v == Duplicate && !exactSaid && !mustRing:
+			windowHit++
+		case v == Suspect && b >= most:
+			forgotten++
 		}
 		seen[id] = true
 		if len(recent) < cap(recent) {
@@ -232,15 +270,17 @@ func TestNoFalseDrops(t *testing.T) {
 			delete(inLog, x)
 			f.Completed(x)
 			completed[x] = true
-			if ring = append(ring, x); len(ring) > cfg.Exact {
-				ring = ring[1:]
-			}
+			lastDone[x] = nDone
+			nDone++
 		}
 	}
 	s := f.Stats()
-	t.Logf("stats %+v, false-positive suspects %d", s, fpSuspect)
+	t.Logf("stats %+v, false-positive suspects %d, ring hits beyond Exact %d, forgotten completions %d", s, fpSuspect, windowHit, forgotten)
 	if s.Suspects == 0 || fpSuspect == 0 {
 		t.Errorf("Suspects = %d, of never-seen IDs %d; want both > 0 at FPRate 0.5", s.Suspects, fpSuspect)
+	}
+	if forgotten == 0 {
+		t.Errorf("no replay of a completion the ring had forgotten; the test does not exercise the ring's bound")
 	}
 	if s.Duplicates == 0 {
 		t.Errorf("no Duplicates at all; the test does not exercise confirmation")
@@ -333,37 +373,61 @@ func TestNoAllocations(t *testing.T) {
 	}
 }
 
-// TestRing compares the ring with a plain FIFO over a small range of IDs, so
-// that IDs repeat, probe runs collide and wrap around the table.
+// TestRing compares the ring with a model of its promise made exact:
+// completion c (counting from 0) goes into the block of epoch c/perBlock,
+// and the ring holds the last `blocks` epochs. IDs come from a small range,
+// so that they repeat, probe runs collide and wrap around a block's table;
+// the model is checked against the bounds of Config.Exact as it goes.
 func TestRing(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, capacity := range []int{1, 2, 3, 8, 13} {
-		rg := newRing(capacity)
-		var model []uint64
-		for i := range 20_000 {
-			id := uint64(r.IntN(3 * capacity))
+	for _, exact := range []int{1, 2, 3, 8, 13, 14, 15, 16, 30, 31, 100, 1000} {
+		cfg := tiny(100, 3, exact)
+		blocks, perBlock := cfg.exactBlocks()
+		if blocks < 2 || blocks > maxExactBlocks || (blocks-1)*perBlock < exact {
+			t.Fatalf("Exact %d: %d blocks of %d cannot keep the last Exact", exact, blocks, perBlock)
+		}
+		rg := newRing(cfg)
+		var (
+			hist  []uint64           // every completion, oldest first
+			first int                // index in hist of the oldest the ring holds
+			held  = map[uint64]int{} // copies of each ID in hist[first:]
+		)
+		span := uint64(min(3*exact, 300))
+		// Four times round the ring, the first to fill it, and more for a
+		// small ring.
+		for i := range 4*blocks*perBlock + 2000 {
+			id := uint64(r.IntN(int(span)))
 			if r.IntN(4) == 0 {
 				id = r.Uint64() // an ID whose home slot is anywhere
 			}
 			rg.push(id)
-			if model = append(model, id); len(model) > capacity {
-				model = model[1:]
-			}
-			if rg.n != len(model) {
-				t.Fatalf("cap %d, push %d: ring holds %d, model %d", capacity, i, rg.n, len(model))
-			}
-			for x := range uint64(3 * capacity) {
-				want := false
-				for _, m := range model {
-					want = want || m == x
-				}
-				if got := rg.contains(x); got != want {
-					t.Fatalf("cap %d, push %d: contains(%d) = %v, want %v; model %v", capacity, i, x, got, want, model)
+			hist = append(hist, id)
+			held[id]++
+			epoch := (len(hist) - 1) / perBlock
+			for ; first < (epoch-blocks+1)*perBlock; first++ {
+				x := hist[first]
+				if held[x]--; held[x] == 0 {
+					delete(held, x)
+					if rg.contains(x) {
+						t.Fatalf("Exact %d, push %d: still holds %d, completed %d pushes ago", exact, i, x, len(hist)-1-first)
+					}
 				}
 			}
-			for _, m := range model {
-				if !rg.contains(m) {
-					t.Fatalf("cap %d, push %d: lost %d; model %v", capacity, i, m, model)
+			n := len(hist) - first
+			if n < min(len(hist), exact) || n > blocks*perBlock {
+				t.Fatalf("Exact %d, push %d: the model holds %d completions, outside [%d, %d]", exact, i, n, min(len(hist), exact), blocks*perBlock)
+			}
+			if rg.len() != n {
+				t.Fatalf("Exact %d, push %d: ring holds %d completions, model %d", exact, i, rg.len(), n)
+			}
+			for x := range span {
+				if got, want := rg.contains(x), held[x] > 0; got != want {
+					t.Fatalf("Exact %d, push %d: contains(%d) = %v, want %v", exact, i, x, got, want)
+				}
+			}
+			for _, x := range hist[first:] {
+				if !rg.contains(x) {
+					t.Fatalf("Exact %d, push %d: lost %d", exact, i, x)
 				}
 			}
 		}
