@@ -201,26 +201,15 @@ func (r *run) allExhausted() bool {
 	return true
 }
 
-func (r *run) pendingTrees() int64 {
-	var n int64
-	for i := range r.pending {
-		n += r.pending[i].Load()
-	}
-	return n
-}
+func (r *run) pendingTrees() int64 { return sum(r.pending) }
+func (r *run) heldFrames() int64   { return sum(r.held) }
+func (r *run) logEntries() int64   { return sum(r.logLen) }
 
-func (r *run) heldFrames() int64 {
+// sum adds up a per-task gauge.
+func sum(gauges []atomic.Int64) int64 {
 	var n int64
-	for i := range r.held {
-		n += r.held[i].Load()
-	}
-	return n
-}
-
-func (r *run) logEntries() int64 {
-	var n int64
-	for i := range r.logLen {
-		n += r.logLen[i].Load()
+	for i := range gauges {
+		n += gauges[i].Load()
 	}
 	return n
 }
