@@ -191,3 +191,38 @@ func (d *directNumbers) Next(ctx context.Context) error {
 	}
 	return nil
 }
+
+// TestFullLogPushesBackOnSpouts gives the stateful bolt a log far smaller
+// than what the spout may have in flight: the run must pause the spout
+// instead of growing the log or losing records, and still end exactly.
+func TestFullLogPushesBackOnSpouts(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 20000
+	sink := flowtest.NewSink()
+	var mu sync.Mutex
+	runs := map[int64]int{}
+	b := topology.NewBuilder("pushback")
+	b.Spout("numbers", func() topology.Spout { return &numbers{n: n} }, 1).Outputs("n")
+	b.Bolt("tally", func() topology.Bolt { return &tally{mu: &mu, runs: runs} }, 1).Input("numbers", topology.Shuffle()).Outputs("n")
+	b.Bolt("sink", sink.Bolt, 1).Input("tally", topology.Shuffle())
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{
+		Guarantee: workers.AtLeastOnce,
+		Configure: func(c *workers.Config) { c.Log.MaxEntries = 100 },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.BackpressureSignals == 0 {
+		t.Fatal("the log filled up but the spouts were never told to pause")
+	}
+	exactlyOnceEach(t, sink, n)
+	for i := int64(0); i < n; i++ {
+		if runs[i] != 1 {
+			t.Fatalf("tally ran %d times for %d", runs[i], i)
+		}
+	}
+}

@@ -234,7 +234,7 @@ func (r *run) summary(elapsed time.Duration, crashes int64) *Summary {
 		NATSMessagesIn: r.tc.natsMsgsIn.Load(), NATSBytesIn: r.tc.natsBytesIn.Load(),
 		NATSRecordsOut: r.tc.natsRecordsOut.Load(), LocalRecords: r.tc.localRecords.Load(),
 		AckMessages: r.tc.ackMsgs.Load(), BadFrames: r.tc.badFrames.Load(),
-		FencedRecords: r.tc.fencedRecords.Load(), CtrlDropped: r.tc.ctrlDropped.Load(), DuplicateFrames: r.tc.dupFrames.Load(),
+		FencedRecords: r.tc.fencedRecords.Load(), CtrlDropped: r.tc.ctrlDropped.Load(), DuplicateFrames: r.tc.dupFrames.Load(), BackpressureSignals: r.tc.bpSignals.Load(),
 		PublishErrors: r.tc.publishErrors.Load(), Unaccounted: max(0, r.inFlight()),
 		Crashes: int(crashes), Recoveries: r.recov.list(), LogEntries: r.logEntries(),
 		Chaos: ChaosSummary{

@@ -54,6 +54,7 @@ type transportCounters struct {
 	discardedRecords          atomic.Int64 // dropped by a stopping task
 	ackMsgs                   atomic.Int64
 	dupFrames                 atomic.Int64 // delivered twice: dropped
+	bpSignals                 atomic.Int64 // backpressure signals sent
 }
 
 // histogram is a lock-free log-scale histogram of durations: 16 buckets per
@@ -147,6 +148,7 @@ type Summary struct {
 	FencedRecords                 int64
 	CtrlDropped                   int64
 	DuplicateFrames               int64 // frames the network delivered twice, dropped
+	BackpressureSignals           int64 // times a worker told the spouts to pause
 	PublishErrors                 int64
 	// Unaccounted are records sent but never processed nor known to be
 	// dropped when the run ended: lost in transit (at-most-once) or in a

@@ -263,6 +263,7 @@ func (w *Worker) housekeeping(ctx context.Context) {
 			if w.congested() {
 				w.lastBP[w.slot].Store(now.UnixNano())
 				w.nc.Publish(r.ctlSubject, bp)
+				r.tc.bpSignals.Add(1)
 			}
 			recent := now.Add(-100 * time.Millisecond).UnixNano()
 			th := false
