@@ -35,6 +35,10 @@ func newRoot() *cobra.Command {
 		Long: `ackflow runs topologies of spouts and bolts written in Go. Records travel
 over NATS; XOR ackers track each source record's tree and replay what
 failed.`,
+		Example: `  ackflow run wordcount
+  ackflow run wordcount --guarantee at-least-once --workers 3 --chaos "drop=0.05,seed=1"
+  ackflow bench --quick
+  ackflow nats`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
