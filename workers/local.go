@@ -279,6 +279,7 @@ type supervisor struct {
 
 	crashes   atomic.Int64
 	crashLog  []time.Time    // guarded by mu
+	warned    []bool         // per slot, owned by detect
 	crashedAt []atomic.Int64 // per slot: when chaos crashed it (unix nanos)
 	crashID   []atomic.Int64 // per slot: ID of that crash
 	stopCh    chan struct{}
@@ -294,7 +295,7 @@ func newSupervisor(ctx context.Context, r *run) (*supervisor, error) {
 	}
 	n := r.plan.workers
 	s := &supervisor{ctx: ctx, r: r, nc: nc, live: make([]*Worker, n), inc: make([]uint64, n),
-		seen: make([]atomic.Int64, n), crashedAt: make([]atomic.Int64, n), crashID: make([]atomic.Int64, n), stopCh: make(chan struct{})}
+		seen: make([]atomic.Int64, n), crashedAt: make([]atomic.Int64, n), crashID: make([]atomic.Int64, n), warned: make([]bool, n), stopCh: make(chan struct{})}
 	if _, err := nc.Subscribe(r.hbSubject, s.onHeartbeat); err != nil {
 		nc.Close()
 		return nil, err
@@ -381,10 +382,31 @@ func (s *supervisor) detect() {
 				if now.Sub(time.Unix(0, s.seen[slot].Load())) < s.r.cfg.DeadAfter {
 					continue
 				}
+				if !s.gone(slot) {
+					// In one process a silent worker is only starved of CPU
+					// (a loaded machine, the race detector): replacing it
+					// would throw away live state, spouts and stateful bolts
+					// included. Say so once per silence and keep waiting.
+					if !s.warned[slot] {
+						s.warned[slot] = true
+						s.r.log.Warn().Int("worker", slot).Dur("silent", now.Sub(time.Unix(0, s.seen[slot].Load()))).Msg("worker missed its heartbeats but is alive; not replacing it")
+					}
+					continue
+				}
+				s.warned[slot] = false
 				s.replace(slot, now)
 			}
 		}
 	}
+}
+
+// gone reports whether slot's worker really died (its connection is closed),
+// as opposed to being slow to heartbeat.
+func (s *supervisor) gone(slot int) bool {
+	s.mu.Lock()
+	w := s.live[slot]
+	s.mu.Unlock()
+	return w == nil || w.crashed.Load()
 }
 
 // replace declares slot dead, starts a new incarnation and broadcasts it.
