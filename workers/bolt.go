@@ -389,12 +389,19 @@ func (b *boltExec) Ack(in *topology.Tuple) {
 	tr.Done = true
 	b.cc.acked.Add(1)
 	holder := int32(-1)
-	if b.log != nil && len(tr.Anchors) > 0 {
-		// Log the input even when it produced nothing: the entry is the
-		// exact record that confirms a later duplicate. Registering with
-		// the acker brings the completion notice that trims it.
+	switch {
+	case b.log == nil || len(tr.Anchors) == 0:
+	case b.log.Has(in.ID):
+		// The input's outputs are logged: link the entry to this attempt's
+		// trees and register, so that the completion notice trims it.
 		b.log.Append(in.ID, b.treesOf(in), nil, 0, b.now)
 		holder = int32(b.info.id)
+	default:
+		// Nothing to re-emit, so a replay of this input only needs to be
+		// recognised: the filter's exact ring is enough, and no log entry,
+		// holder registration or completion notice is needed. (Word count's
+		// count bolt goes this way for every input.)
+		b.filter.Completed(in.ID)
 	}
 	for _, a := range tr.Anchors {
 		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckAck, Tree: a.Tree, Val: a.Val ^ tr.AckVal, Task: holder})
