@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/ackflow/ackflow/sources"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
 )
@@ -18,7 +19,7 @@ func payloadRun(ctx context.Context, url string, n, size int) (ScaleRow, error) 
 		payload[i] = byte('a' + i%26)
 	}
 	b := topology.NewBuilder("payload")
-	b.Spout("gen", func() topology.Spout { return &genSpout{n: int64(n), payload: payload} }, 1).Outputs("data")
+	b.Spout("gen", sources.NewSequence(int64(n), func(int64) topology.Values { return topology.Values{payload} }), 1).Outputs("data")
 	b.BasicBolt("pass", func() topology.BasicBolt { return passBolt{} }, 2).Input("gen", topology.Shuffle()).Outputs("data")
 	b.BasicBolt("sink", func() topology.BasicBolt { return countBolt{n: &received} }, 2).Input("pass", topology.Shuffle())
 	topo, err := b.Build()
@@ -38,33 +39,6 @@ func payloadRun(ctx context.Context, url string, n, size int) (ScaleRow, error) 
 	rps := sum.RecordsPerSec
 	return ScaleRow{RecordBytes: size, RecordsPerSec: rps, MiBPerSec: rps * float64(size) / (1 << 20)}, nil
 }
-
-// genSpout emits n copies of a payload.
-type genSpout struct {
-	n, next int64
-	payload []byte
-	out     topology.SpoutCollector
-}
-
-func (g *genSpout) Open(_ topology.TaskContext, out topology.SpoutCollector) error {
-	g.out = out
-	return nil
-}
-
-func (g *genSpout) Next(context.Context) error {
-	for i := 0; i < 256; i++ {
-		if g.next >= g.n {
-			return topology.ErrExhausted
-		}
-		g.out.Emit(topology.MsgID{Offset: g.next}, topology.Values{g.payload})
-		g.next++
-	}
-	return nil
-}
-
-func (g *genSpout) Ack(topology.MsgID)  {}
-func (g *genSpout) Fail(topology.MsgID) {}
-func (g *genSpout) Close() error        { return nil }
 
 type passBolt struct{}
 

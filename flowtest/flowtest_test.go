@@ -6,36 +6,11 @@ import (
 
 	"github.com/ackflow/ackflow/chaos"
 	"github.com/ackflow/ackflow/flowtest"
+	"github.com/ackflow/ackflow/sources"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
 	"go.uber.org/goleak"
 )
-
-// counter emits 0..n-1 with the number as its offset.
-type counter struct {
-	n, next int64
-	out     topology.SpoutCollector
-}
-
-func (c *counter) Open(_ topology.TaskContext, out topology.SpoutCollector) error {
-	c.out = out
-	return nil
-}
-
-func (c *counter) Next(context.Context) error {
-	for i := 0; i < 100; i++ {
-		if c.next >= c.n {
-			return topology.ErrExhausted
-		}
-		c.out.Emit(topology.MsgID{Offset: c.next}, topology.Values{c.next})
-		c.next++
-	}
-	return nil
-}
-
-func (c *counter) Ack(topology.MsgID)  {}
-func (c *counter) Fail(topology.MsgID) {}
-func (c *counter) Close() error        { return nil }
 
 type double struct{}
 
@@ -53,7 +28,7 @@ func (double) Cleanup() error { return nil }
 
 func build(t *testing.T, n int64, sink *flowtest.Sink) *topology.Topology {
 	b := topology.NewBuilder("numbers")
-	b.Spout("count", func() topology.Spout { return &counter{n: n} }, 1).Outputs("n")
+	b.Spout("count", sources.NewSequence(n, func(i int64) topology.Values { return topology.Values{i} }), 1).Outputs("n")
 	b.BasicBolt("double", func() topology.BasicBolt { return double{} }, 3).Input("count", topology.Shuffle()).Outputs("n")
 	b.Bolt("out", sink.Bolt, 2).Input("double", topology.Fields("n"))
 	topo, err := b.Build()
