@@ -9,15 +9,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 var binary string
@@ -250,5 +255,49 @@ func TestBenchQuick(t *testing.T) {
 	}
 	if svg, err := os.ReadFile(filepath.Join(dir, "bench.svg")); err != nil || !bytes.Contains(svg, []byte("<svg")) {
 		t.Errorf("no SVG chart next to the JSON: %v", err)
+	}
+}
+
+// TestNATSCommand starts `ackflow nats`, uses it, and stops it with SIGTERM.
+func TestNATSCommand(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "nats", "--addr", addr)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.Contains(line, "listening on nats://"+addr) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("unexpected first line %q (%v)", line, err)
+	}
+	nc, err := nats.Connect("nats://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		t.Fatalf("JetStream is not enabled: %v", err)
+	}
+	nc.Close()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("ackflow nats did not exit cleanly on SIGTERM: %v", err)
 	}
 }
