@@ -257,12 +257,26 @@ func TestWriteSVG(t *testing.T) {
 		t.Fatalf("document starts with %.40q; want an SVG document", doc)
 	}
 	for _, want := range []string{
-		"raw NATS", "JetStream chain", "ackflow &lt;at-least-once&gt;", "p50", "p99", "p99.9",
+		// Names over 10 characters break onto two lines at a hyphen.
+		"raw NATS", "JetStream chain", "ackflow &lt;at-", "least-once&gt;", "p50", "p99", "p99.9",
 		"Throughput", "Latency", "records / s", "milliseconds",
 		"1.04M", "132k", "2.4M", "0.8", "4.2", "17",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("SVG lacks %q", want)
+		}
+	}
+}
+
+func TestWrapName(t *testing.T) {
+	for in, want := range map[string]string{
+		"raw-nats":              "raw-nats",
+		"jetstream-chain":       "jetstream-\nchain",
+		"at-least-once-dedup":   "at-least-\nonce-dedup",
+		"averyveryverylongname": "averyveryverylongname",
+	} {
+		if got := wrapName(in); got != want {
+			t.Errorf("wrapName(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -171,23 +171,41 @@ func barPanel(title, unit string, bars []bar, format func(float64) string) (*plo
 	lbl.Offset = vg.Point{Y: vg.Points(3)}
 	p.Add(lbl)
 
-	p.NominalX(names...)
+	// Long run names would run into each other. Slanted labels were tried,
+	// but SVG renderers place rotated text differently from what plot
+	// measures, so long names break onto a second line at a hyphen instead.
+	wrapped := make([]string, len(names))
+	for i, n := range names {
+		wrapped[i] = wrapName(n)
+	}
+	p.NominalX(wrapped...)
 	p.X.Tick.Label.Font.Size = vg.Points(10)
-	// Long run names would run into each other; slanted they fit. NominalX
-	// pads the first bar away from the Y axis by half its name, which is
-	// right for a level name; a slanted one reaches further left.
-	total := 0
-	for _, n := range names {
-		total += len(n)
-	}
-	if total*6 > 380 {
-		const slant = math.Pi / 6
-		p.X.Tick.Label.Rotation = slant
-		p.X.Tick.Label.XAlign = draw.XRight
-		p.X.Tick.Label.YAlign = draw.YCenter
-		p.Y.Padding = vg.Length(float64(p.X.Tick.Label.Width(names[0])) * math.Cos(slant))
-	}
 	return p, nil
+}
+
+// wrapName breaks a name longer than 10 characters at the hyphen nearest its
+// middle, so that five bar labels fit side by side.
+func wrapName(n string) string {
+	if len(n) <= 10 {
+		return n
+	}
+	best := -1
+	for i := 0; i < len(n); i++ {
+		if n[i] == '-' && (best < 0 || abs(i-len(n)/2) < abs(best-len(n)/2)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return n
+	}
+	return n[:best+1] + "\n" + n[best+1:]
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // formattedTicks keeps plot's choice of tick positions and writes their
