@@ -39,7 +39,24 @@ func (t *tally) Execute(in *topology.Tuple) {
 func (t *tally) Cleanup() error            { return nil }
 func (t *tally) Snapshot() ([]byte, error) { return nil, nil }
 func (t *tally) Restore(snap []byte) error { return nil }
-func (t *tally) String() string            { return fmt.Sprint(len(t.runs)) }
+
+// tallyTopology is numbers -> tally (p tasks, grouped by g) -> sink. It
+// returns the topology and the map of how often tally's user code ran per
+// value.
+func tallyTopology(t *testing.T, name string, n int64, p int, g topology.Grouping, sink *flowtest.Sink) (*topology.Topology, map[int64]int) {
+	t.Helper()
+	mu := &sync.Mutex{}
+	runs := map[int64]int{}
+	b := topology.NewBuilder(name)
+	b.Spout("numbers", func() topology.Spout { return &numbers{n: n} }, 1).Outputs("n")
+	b.Bolt("tally", func() topology.Bolt { return &tally{mu: mu, runs: runs} }, p).Input("numbers", g).Outputs("n")
+	b.Bolt("sink", sink.Bolt, 1).Input("tally", topology.Shuffle())
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo, runs
+}
 
 // TestReplayPropagatesThroughLoggedOutputs loses records between a stateful
 // bolt and its downstream bolt only. The replays that follow reach the
@@ -49,16 +66,7 @@ func TestReplayPropagatesThroughLoggedOutputs(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	const n = 5000
 	sink := flowtest.NewSink()
-	var mu sync.Mutex
-	runs := map[int64]int{}
-	b := topology.NewBuilder("propagation")
-	b.Spout("numbers", func() topology.Spout { return &numbers{n: n} }, 1).Outputs("n")
-	b.Bolt("tally", func() topology.Bolt { return &tally{mu: &mu, runs: runs} }, 2).Input("numbers", topology.Fields("n")).Outputs("n")
-	b.Bolt("sink", sink.Bolt, 1).Input("tally", topology.Shuffle())
-	topo, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
+	topo, runs := tallyTopology(t, "propagation", n, 2, topology.Fields("n"), sink)
 	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{
 		Guarantee: workers.AtLeastOnce,
 		Workers:   2,
@@ -95,15 +103,7 @@ func TestReplayPropagatesThroughLoggedOutputs(t *testing.T) {
 func TestCleanRunLeavesLogsEmpty(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	sink := flowtest.NewSink()
-	var mu sync.Mutex
-	b := topology.NewBuilder("clean")
-	b.Spout("numbers", func() topology.Spout { return &numbers{n: 20000} }, 1).Outputs("n")
-	b.Bolt("tally", func() topology.Bolt { return &tally{mu: &mu, runs: map[int64]int{}} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
-	b.Bolt("sink", sink.Bolt, 1).Input("tally", topology.Shuffle())
-	topo, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
+	topo, _ := tallyTopology(t, "clean", 20000, 2, topology.Shuffle(), sink)
 	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{Guarantee: workers.AtLeastOnce})
 	if err != nil {
 		t.Fatal(err)
@@ -199,16 +199,7 @@ func TestFullLogPushesBackOnSpouts(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	const n = 20000
 	sink := flowtest.NewSink()
-	var mu sync.Mutex
-	runs := map[int64]int{}
-	b := topology.NewBuilder("pushback")
-	b.Spout("numbers", func() topology.Spout { return &numbers{n: n} }, 1).Outputs("n")
-	b.Bolt("tally", func() topology.Bolt { return &tally{mu: &mu, runs: runs} }, 1).Input("numbers", topology.Shuffle()).Outputs("n")
-	b.Bolt("sink", sink.Bolt, 1).Input("tally", topology.Shuffle())
-	topo, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
+	topo, runs := tallyTopology(t, "pushback", n, 1, topology.Shuffle(), sink)
 	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{
 		Guarantee: workers.AtLeastOnce,
 		Configure: func(c *workers.Config) { c.Log.MaxEntries = 100 },
