@@ -23,7 +23,17 @@ type Verdict struct {
 	// the bits, so the second verdict names only holders that registered
 	// since.
 	Holders uint64
+	// For NoticeFailed: the task that failed the tree (NoTask when unknown
+	// or timed out) and why, for the dead letters.
+	Failer int32
+	Err    string
 }
+
+// NoTask is Verdict.Failer when no task failed the tree (it timed out).
+const NoTask int32 = -1
+
+// ErrTimedOut is Verdict.Err of a tree that expired in the acker.
+const ErrTimedOut = "timed out in the acker"
 
 // Tracker holds the pending trees of one acker task. It is not safe for
 // concurrent use: one goroutine owns it.
@@ -39,7 +49,10 @@ type Verdict struct {
 type Tracker struct {
 	buckets   []map[treeKey]packedEntry // newest first
 	bigSpouts map[uint64]int32          // spout tasks that do not fit in entry.state, by tree
-	every     time.Duration
+	// early holds who failed a tree and why when the FAIL came before the
+	// INIT, until the INIT or expiry: rare, so a side map keeps entries small.
+	early map[uint64]failure
+	every time.Duration
 }
 
 // New returns an empty Tracker, or an error wrapping ErrInvalidConfig.
@@ -50,6 +63,7 @@ func New(cfg Config) (*Tracker, error) {
 	t := &Tracker{
 		buckets:   make([]map[treeKey]packedEntry, cfg.Buckets),
 		bigSpouts: make(map[uint64]int32),
+		early:     make(map[uint64]failure),
 		every:     cfg.rotateEvery(),
 	}
 	for i := range t.buckets {
@@ -97,7 +111,9 @@ func (t *Tracker) Handle(m wire.AckMsg, out []Verdict) []Verdict {
 		switch e.state {
 		case stateFailed:
 			delete(t.buckets[i], k)
-			return append(out, Verdict{Type: wire.NoticeFailed, Tree: m.Tree, SpoutTask: m.Task, Holders: e.holders})
+			f := t.early[m.Tree]
+			delete(t.early, m.Tree)
+			return append(out, Verdict{Type: wire.NoticeFailed, Tree: m.Tree, SpoutTask: m.Task, Holders: e.holders, Failer: f.task, Err: f.err})
 		case stateNoInit:
 			e.state = t.putSpout(m.Tree, m.Task)
 		}
@@ -112,10 +128,13 @@ func (t *Tracker) Handle(m wire.AckMsg, out []Verdict) []Verdict {
 	case wire.AckFail:
 		if e.inited() {
 			delete(t.buckets[i], k)
-			return append(out, Verdict{Type: wire.NoticeFailed, Tree: m.Tree, SpoutTask: t.takeSpout(m.Tree, e.state), Holders: e.holders})
+			return append(out, Verdict{Type: wire.NoticeFailed, Tree: m.Tree, SpoutTask: t.takeSpout(m.Tree, e.state), Holders: e.holders, Failer: m.Task, Err: m.Err})
 		}
 		// Tell the holders now; the spout hears when its INIT arrives.
-		v := Verdict{Type: wire.NoticeFailed, Tree: m.Tree, SpoutTask: NoSpout, Holders: e.holders}
+		v := Verdict{Type: wire.NoticeFailed, Tree: m.Tree, SpoutTask: NoSpout, Holders: e.holders, Failer: m.Task, Err: m.Err}
+		if e.state != stateFailed {
+			t.early[m.Tree] = failure{task: m.Task, err: m.Err}
+		}
 		e.holders = 0
 		e.state = stateFailed
 		store(t.buckets[i], k, e)
@@ -204,12 +223,21 @@ func (t *Tracker) Tick(out []Verdict) []Verdict {
 	for k, p := range expired {
 		e := p.unpack()
 		if !e.inited() {
+			if e.state == stateFailed {
+				delete(t.early, k.tree())
+			}
 			continue
 		}
 		tree := k.tree()
-		out = append(out, Verdict{Type: wire.NoticeFailed, Tree: tree, SpoutTask: t.takeSpout(tree, e.state), Holders: e.holders})
+		out = append(out, Verdict{Type: wire.NoticeFailed, Tree: tree, SpoutTask: t.takeSpout(tree, e.state), Holders: e.holders, Failer: NoTask, Err: ErrTimedOut})
 	}
 	return out
+}
+
+// failure is who failed a tree and why.
+type failure struct {
+	task int32
+	err  string
 }
 
 // treeKey is a tree ID kept as bytes so that map slots are 2-byte aligned;

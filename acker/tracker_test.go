@@ -27,8 +27,14 @@ func complete(tree uint64, spout int32, holders uint64) Verdict {
 	return Verdict{Type: wire.NoticeComplete, Tree: tree, SpoutTask: spout, Holders: holders}
 }
 
+// failed is the verdict of a FAIL sent by failMsg (no task, no reason).
 func failed(tree uint64, spout int32, holders uint64) Verdict {
-	return Verdict{Type: wire.NoticeFailed, Tree: tree, SpoutTask: spout, Holders: holders}
+	return Verdict{Type: wire.NoticeFailed, Tree: tree, SpoutTask: spout, Holders: holders, Failer: -1}
+}
+
+// expired is the verdict of a tree that timed out in the acker.
+func expired(tree uint64, spout int32, holders uint64) Verdict {
+	return Verdict{Type: wire.NoticeFailed, Tree: tree, SpoutTask: spout, Holders: holders, Failer: NoTask, Err: ErrTimedOut}
 }
 
 func bit(task int) uint64 { return 1 << (task % 64) }
@@ -197,7 +203,7 @@ func TestHandle(t *testing.T) {
 				msg(initMsg(1, a, 7)),
 				msg(ackMsg(1, a^b, 2)),
 				tick(), tick(),
-				tick(failed(1, 7, bit(2))),
+				tick(expired(1, 7, bit(2))),
 			},
 		},
 		{
@@ -222,7 +228,7 @@ func TestHandle(t *testing.T) {
 				msg(ackMsg(1, a^b, 2)),
 				tick(),
 				msg(ackMsg(1, b^c, 3)),
-				tick(failed(1, 7, bit(2)|bit(3))),
+				tick(expired(1, 7, bit(2)|bit(3))),
 			},
 		},
 		{
@@ -232,7 +238,7 @@ func TestHandle(t *testing.T) {
 				tick(),
 				msg(initMsg(1, a, 7)),
 				tick(),
-				tick(failed(1, 7, bit(2))),
+				tick(expired(1, 7, bit(2))),
 			},
 		},
 		{
@@ -242,7 +248,7 @@ func TestHandle(t *testing.T) {
 				tick(), tick(),
 				msg(resetMsg(1), reset(1, 7)),
 				tick(), tick(),
-				tick(failed(1, 7, 0)),
+				tick(expired(1, 7, 0)),
 			},
 		},
 		{
@@ -252,7 +258,7 @@ func TestHandle(t *testing.T) {
 				tick(),
 				msg(resetMsg(1), reset(1, 7)),
 				tick(), tick(), // without the RESET the second would expire it
-				tick(failed(1, 7, 0)),
+				tick(expired(1, 7, 0)),
 			},
 		},
 		{
@@ -261,7 +267,7 @@ func TestHandle(t *testing.T) {
 				msg(initMsg(1, a, 7)),
 				msg(resetMsg(1), reset(1, 7)),
 				tick(), tick(),
-				tick(failed(1, 7, 0)),
+				tick(expired(1, 7, 0)),
 			},
 		},
 		{
@@ -285,7 +291,7 @@ func TestHandle(t *testing.T) {
 			steps: []step{
 				msg(initMsg(1, a, 7)),
 				tick(),
-				tick(failed(1, 7, 0)),
+				tick(expired(1, 7, 0)),
 			},
 		},
 		{
@@ -295,7 +301,7 @@ func TestHandle(t *testing.T) {
 				msg(initMsg(2, b, 8)),
 				msg(ackMsg(3, c, 1)),
 				tick(), tick(),
-				tick(failed(1, 7, 0), failed(2, 8, 0)),
+				tick(expired(1, 7, 0), expired(2, 8, 0)),
 			},
 		},
 		{
@@ -310,7 +316,7 @@ func TestHandle(t *testing.T) {
 				msg(failMsg(2), failed(2, -5, 0)),
 				msg(ackMsg(3, a, 1), complete(3, maxInlineSpout, bit(1))),
 				tick(), tick(),
-				tick(failed(4, maxInlineSpout+1, 0), failed(5, 1<<31-1, 0)),
+				tick(expired(4, maxInlineSpout+1, 0), expired(5, 1<<31-1, 0)),
 			},
 		},
 		{
@@ -386,7 +392,7 @@ func TestExpiryWindow(t *testing.T) {
 				}
 			}
 			got := tr.Tick(nil)
-			if want := []Verdict{failed(1, 7, 0)}; !slices.Equal(got, want) {
+			if want := []Verdict{expired(1, 7, 0)}; !slices.Equal(got, want) {
 				t.Fatalf("tick %d: got %+v, want %+v", buckets, got, want)
 			}
 			if tr.Pending() != 0 {
@@ -564,7 +570,7 @@ func TestPropertyDroppedAckNeverCompletes(t *testing.T) {
 			}
 			tr.Tick(nil)
 			tr.Tick(nil)
-			if got, want := tr.Tick(nil), []Verdict{failed(tree, spout, holders)}; !slices.Equal(got, want) {
+			if got, want := tr.Tick(nil), []Verdict{expired(tree, spout, holders)}; !slices.Equal(got, want) {
 				t.Fatalf("tree %d without ACK %+v: expiry produced %+v, want %+v", n, msgs[drop], got, want)
 			}
 			runs++
@@ -692,5 +698,35 @@ func TestPropertyInterleavedTreesAcrossTicks(t *testing.T) {
 	}
 	if tr.Pending() != 0 {
 		t.Fatalf("Pending() = %d, want 0", tr.Pending())
+	}
+}
+
+// TestFailCarriesWhoAndWhy checks that the failing task and its reason reach
+// the spout's verdict, also when the FAIL overtook the INIT, and that a
+// remembered reason is dropped with the tree.
+func TestFailCarriesWhoAndWhy(t *testing.T) {
+	tr := newTracker(t, 3)
+	fail := wire.AckMsg{Type: wire.AckFail, Tree: 1, Task: 4, Err: "count: boom"}
+	tr.Handle(initMsg(1, 5, 7), nil)
+	want := Verdict{Type: wire.NoticeFailed, Tree: 1, SpoutTask: 7, Failer: 4, Err: "count: boom"}
+	if got := tr.Handle(fail, nil); !slices.Equal(got, []Verdict{want}) {
+		t.Fatalf("FAIL after INIT: got %+v, want %+v", got, want)
+	}
+	fail.Tree = 2
+	early := Verdict{Type: wire.NoticeFailed, Tree: 2, SpoutTask: NoSpout, Failer: 4, Err: "count: boom"}
+	if got := tr.Handle(fail, nil); !slices.Equal(got, []Verdict{early}) {
+		t.Fatalf("FAIL before INIT: got %+v, want %+v", got, early)
+	}
+	want.Tree = 2
+	if got := tr.Handle(initMsg(2, 5, 7), nil); !slices.Equal(got, []Verdict{want}) {
+		t.Fatalf("INIT after FAIL: got %+v, want %+v", got, want)
+	}
+	fail.Tree = 3
+	tr.Handle(fail, nil)
+	for i := 0; i < 3; i++ {
+		tr.Tick(nil)
+	}
+	if len(tr.early) != 0 {
+		t.Fatalf("reasons of expired trees are kept: %v", tr.early)
 	}
 }

@@ -14,6 +14,7 @@ type Config struct {
 	Reorder    float64       // probability that a frame is held back and sent after the next one
 	Delay      time.Duration // upper bound of a random delay added to a frame (0: none)
 	DelayProb  float64       // probability that a frame is delayed (default 1 when Delay > 0)
+	Fail       float64       // probability that a bolt fails an input before running user code (a transient error)
 	CrashEvery time.Duration // crash a worker this often (0: never)
 	Seed       uint64        // seed of every generator
 }
@@ -23,12 +24,15 @@ func (c Config) Enabled() bool {
 	return c.Drop > 0 || c.Dup > 0 || c.Reorder > 0 || c.Delay > 0
 }
 
+// Any reports whether any failure at all is configured.
+func (c Config) Any() bool { return c.Enabled() || c.Fail > 0 || c.CrashEvery > 0 }
+
 // Validate checks ranges.
 func (c Config) Validate() error {
 	for _, p := range []struct {
 		name string
 		v    float64
-	}{{"drop", c.Drop}, {"dup", c.Dup}, {"reorder", c.Reorder}, {"delay-prob", c.DelayProb}} {
+	}{{"drop", c.Drop}, {"dup", c.Dup}, {"reorder", c.Reorder}, {"delay-prob", c.DelayProb}, {"fail", c.Fail}} {
 		if p.v < 0 || p.v > 1 {
 			return fmt.Errorf("chaos: %s=%v is not a probability between 0 and 1", p.name, p.v)
 		}
@@ -53,6 +57,7 @@ func (c Config) String() string {
 	add("drop", c.Drop)
 	add("dup", c.Dup)
 	add("reorder", c.Reorder)
+	add("fail", c.Fail)
 	if c.Delay > 0 {
 		parts = append(parts, "delay="+c.Delay.String())
 	}
@@ -63,7 +68,7 @@ func (c Config) String() string {
 	return strings.Join(parts, ",")
 }
 
-// Parse reads "drop=0.05,dup=0.01,reorder=0.1,delay=2ms,crash-every=3s,seed=7".
+// Parse reads "drop=0.05,dup=0.01,reorder=0.1,delay=2ms,fail=0.01,crash-every=3s,seed=7".
 // Unknown keys and bad values are errors that name the key.
 func Parse(s string) (Config, error) {
 	var c Config
@@ -73,7 +78,7 @@ func Parse(s string) (Config, error) {
 	for _, kv := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok {
-			return c, fmt.Errorf("chaos: %q is not key=value (keys: drop, dup, reorder, delay, delay-prob, crash-every, seed)", kv)
+			return c, fmt.Errorf("chaos: %q is not key=value (keys: drop, dup, reorder, delay, delay-prob, fail, crash-every, seed)", kv)
 		}
 		var err error
 		switch k {
@@ -83,6 +88,8 @@ func Parse(s string) (Config, error) {
 			c.Dup, err = strconv.ParseFloat(v, 64)
 		case "reorder":
 			c.Reorder, err = strconv.ParseFloat(v, 64)
+		case "fail":
+			c.Fail, err = strconv.ParseFloat(v, 64)
 		case "delay-prob":
 			c.DelayProb, err = strconv.ParseFloat(v, 64)
 		case "delay":
@@ -92,7 +99,7 @@ func Parse(s string) (Config, error) {
 		case "seed":
 			c.Seed, err = strconv.ParseUint(v, 10, 64)
 		default:
-			return c, fmt.Errorf("chaos: unknown key %q (keys: drop, dup, reorder, delay, delay-prob, crash-every, seed)", k)
+			return c, fmt.Errorf("chaos: unknown key %q (keys: drop, dup, reorder, delay, delay-prob, fail, crash-every, seed)", k)
 		}
 		if err != nil {
 			return c, fmt.Errorf("chaos: bad value for %s: %w", k, err)

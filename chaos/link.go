@@ -17,6 +17,7 @@ type Counters struct {
 	FramesDropped, RecordsDropped       atomic.Int64
 	FramesDuplicated, RecordsDuplicated atomic.Int64
 	FramesDelayed, FramesReordered      atomic.Int64
+	InputsFailed                        atomic.Int64 // inputs a bolt failed before running user code (Config.Fail)
 }
 
 // Link sits between one sending task and the transport. It is owned by that

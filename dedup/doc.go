@@ -69,8 +69,11 @@
 //
 // # Cost
 //
-// Check and Completed allocate nothing; all memory is taken at New, and
-// Stats reports BitsPerID (about 25 for the default config, 18 at FPRate
+// New allocates the first Bloom generation and the first block of the
+// ring; Check and Completed allocate each other generation and block the
+// first time the filter rotates into it, and nothing once all are in use,
+// so a task that never sees a full window never pays for one. Stats
+// reports BitsPerID (about 25 for the default config, 18 at FPRate
 // 0.01). Check hashes the ID once (IDs are hashes already; a splitmix64
 // remix guards against counters) and derives every probe position from
 // that, the same positions in every generation, so a fresh ID costs a few

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -346,8 +347,8 @@ func TestStats(t *testing.T) {
 	if s.Remembered != 1000 || s.ExactLen != 2 {
 		t.Errorf("Remembered %d, ExactLen %d; want 1000 and 2", s.Remembered, s.ExactLen)
 	}
-	// 1000 IDs of 12 bits each in about 8.7 million bits.
-	if want := 1000 * 12 / 8.7e6; math.Abs(s.FillRatio-want) > want/10 {
+	// 1000 IDs of k bits each in m bits (10 and about 8.8 million).
+	if want := 1000 * float64(f.k) / float64(f.m); f.k != 10 || math.Abs(s.FillRatio-want) > want/10 {
 		t.Errorf("FillRatio %.6f, want about %.6f", s.FillRatio, want)
 	}
 	if s.EstimatedFPRate <= 0 || s.EstimatedFPRate > 1e-9 {
@@ -472,4 +473,38 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMemoryGrowsWithUse: New takes one Bloom generation and one block of
+// the ring; the rest comes as the filter first rotates into it, so a task
+// that sees few IDs (a short run, one of hundreds of small tasks) does not
+// hold the full 21 MB of the default config.
+func TestMemoryGrowsWithUse(t *testing.T) {
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	cfg := DefaultConfig()
+	before := heap()
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := heap() - before
+	bloomBytes := f.Stats().BitsPerID * float64(cfg.Window) / 8
+	if float64(fresh) > bloomBytes/2+3<<20 {
+		t.Fatalf("a new filter holds %d bytes; one generation and one block are about %.0f", fresh, bloomBytes/3+1.2*(1<<20))
+	}
+	for i := range uint64(2 * cfg.Window) {
+		f.Check(i, nil)
+		f.Completed(i)
+	}
+	full := heap() - before
+	if float64(full) < bloomBytes+16<<20 {
+		t.Fatalf("a filter that saw two windows holds %d bytes; want every generation and block (%.0f bytes of Bloom filters and 18 MB of ring)", full, bloomBytes)
+	}
+	t.Logf("default config: %d bytes new, %d after two windows", fresh, full)
+	runtime.KeepAlive(f)
 }

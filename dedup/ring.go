@@ -38,14 +38,8 @@ type idBlock struct {
 
 func newRing(cfg Config) ring {
 	blocks, perBlock := cfg.exactBlocks()
-	size := 2 * perBlock
-	// One allocation for all blocks; each block's slice is capped so that
-	// nothing can grow into its neighbour.
-	keys := make([]uint64, blocks*size)
 	r := ring{blocks: make([]idBlock, blocks), perBlock: perBlock}
-	for i := range r.blocks {
-		r.blocks[i].keys = keys[i*size : (i+1)*size : (i+1)*size]
-	}
+	r.blocks[0].keys = make([]uint64, 2*perBlock)
 	return r
 }
 
@@ -73,7 +67,12 @@ func (r *ring) push(id uint64) {
 			r.cur = 0
 		}
 		b = &r.blocks[r.cur]
-		clear(b.keys)
+		if b.keys == nil {
+			// First use: allocated now, not at New (see New).
+			b.keys = make([]uint64, 2*r.perBlock)
+		} else {
+			clear(b.keys)
+		}
 		b.n, b.hasZero = 0, false
 	}
 	b.n++
@@ -124,7 +123,9 @@ func (r *ring) contains(id uint64) bool {
 	}
 	var at [maxExactBlocks]uint64
 	for j := range blocks {
-		at[j] = blocks[j].keys[h]
+		if blocks[j].keys != nil { // else not used yet: at[j] stays empty
+			at[j] = blocks[j].keys[h]
+		}
 	}
 	for j := range blocks {
 		switch at[j] {

@@ -16,6 +16,7 @@ type Builder struct {
 	components []*Component
 	byName     map[string]*Component
 	errs       []error
+	keyGroups  int
 }
 
 // Component is a spout or bolt declaration; the methods on it continue the
@@ -30,6 +31,8 @@ type Component struct {
 	streamOrder []string
 	Inputs      []Subscription
 	TickEvery   time.Duration
+	// Keyed: the bolt keeps keyed state (TaskContext.State).
+	Keyed bool
 }
 
 // Subscription is a bolt's input: a stream of another component and how it
@@ -61,6 +64,13 @@ func NewBuilder(name string) *Builder {
 	return b
 }
 
+// MaxParallelism is the most tasks a component may have. Every task of a
+// topology keeps per-destination state for the tasks it sends to, so the
+// bound keeps a topology's memory within what one machine holds; it is
+// also checked where a parallelism arrives from outside (--parallelism,
+// submissions in the cluster's buckets).
+const MaxParallelism = 1024
+
 func (b *Builder) add(name string, parallelism int) *Component {
 	c := &Component{b: b, Name: name, Parallelism: parallelism, Streams: map[string]*Schema{}}
 	switch {
@@ -69,8 +79,8 @@ func (b *Builder) add(name string, parallelism int) *Component {
 	case b.byName[name] != nil:
 		b.errs = append(b.errs, fmt.Errorf("component %q is declared twice", name))
 	}
-	if parallelism < 1 {
-		b.errs = append(b.errs, fmt.Errorf("component %q has parallelism %d; it must be at least 1", name, parallelism))
+	if parallelism < 1 || parallelism > MaxParallelism {
+		b.errs = append(b.errs, fmt.Errorf("component %q has parallelism %d; it must be from 1 to %d", name, parallelism, MaxParallelism))
 	}
 	if b.byName[name] == nil {
 		b.byName[name] = c
@@ -147,6 +157,28 @@ func (c *Component) InputStream(source, stream string, g Grouping) *Component {
 	return c
 }
 
+// KeyedState gives the bolt's tasks a keyed State (TaskContext.State),
+// which the runtime snapshots at checkpoints and restores after failures;
+// the bolt is then stateful.
+func (c *Component) KeyedState() *Component {
+	if c.IsSpout() {
+		c.b.errs = append(c.b.errs, fmt.Errorf("spout %q cannot keep keyed state; a spout's state is its source position (topology.Positioned)", c.Name))
+	}
+	c.Keyed = true
+	return c
+}
+
+// KeyGroups sets the number of key groups (default DefaultKeyGroups): the
+// fixed number of parts that keyed state and Fields grouping split keys
+// into. It bounds the parallelism of keyed components.
+func (b *Builder) KeyGroups(n int) *Builder {
+	if n < 1 || n > 1<<15 {
+		b.errs = append(b.errs, fmt.Errorf("key groups %d: use 1 to 32768", n))
+	}
+	b.keyGroups = n
+	return b
+}
+
 // Tick makes the runtime deliver a tick tuple (stream TickStream) every d.
 func (c *Component) Tick(d time.Duration) *Component {
 	if d <= 0 {
@@ -160,6 +192,7 @@ func (c *Component) Tick(d time.Duration) *Component {
 type Topology struct {
 	Name       string
 	Components []*Component // in declaration order
+	KeyGroups  int          // key groups of keyed state and Fields grouping
 	byName     map[string]*Component
 }
 
@@ -205,8 +238,14 @@ func (b *Builder) Build() (*Topology, error) {
 		if len(c.Inputs) == 0 {
 			errs = append(errs, fmt.Errorf("bolt %q has no inputs; subscribe it with Input(component, grouping)", c.Name))
 		}
+		subscribed := map[[2]string]bool{}
 		for i := range c.Inputs {
 			s := &c.Inputs[i]
+			if key := [2]string{s.Source, s.Stream}; subscribed[key] {
+				errs = append(errs, fmt.Errorf("bolt %q subscribes to %s/%s twice; each record would reach it twice with the same ID and dedup would drop one; subscribe once", c.Name, s.Source, s.Stream))
+			} else {
+				subscribed[key] = true
+			}
 			src := b.byName[s.Source]
 			if src == nil {
 				errs = append(errs, fmt.Errorf("bolt %q subscribes to unknown component %q", c.Name, s.Source))
@@ -237,6 +276,12 @@ func (b *Builder) Build() (*Topology, error) {
 			}
 		}
 	}
+	errs = append(errs, b.directStreams()...)
+	for _, c := range b.components {
+		if c.Keyed && c.Parallelism > b.groups() {
+			errs = append(errs, fmt.Errorf("component %q has parallelism %d, more than the %d key groups its keyed state is split into; raise KeyGroups", c.Name, c.Parallelism, b.groups()))
+		}
+	}
 	if spouts == 0 && len(b.components) > 0 {
 		errs = append(errs, errors.New("the topology has no spout: nothing would ever emit"))
 	}
@@ -250,7 +295,48 @@ func (b *Builder) Build() (*Topology, error) {
 		}
 		return nil, fmt.Errorf("%w: topology %q: %s", ErrInvalid, b.name, strings.Join(msgs, "; "))
 	}
-	return &Topology{Name: b.name, Components: b.components, byName: b.byName}, nil
+	return &Topology{Name: b.name, Components: b.components, KeyGroups: b.groups(), byName: b.byName}, nil
+}
+
+func (b *Builder) groups() int {
+	if b.keyGroups > 0 {
+		return b.keyGroups
+	}
+	return DefaultKeyGroups
+}
+
+// directStreams checks that every stream is either direct (all its
+// subscribers use the Direct grouping and the emitter calls EmitDirect) or
+// not (none does): a plain emit on a stream with a Direct subscriber would
+// silently skip it, as Storm's declared direct streams prevent.
+func (b *Builder) directStreams() []error {
+	type sub struct{ bolt, grouping string }
+	subs := map[[2]string][]sub{}
+	var order [][2]string
+	for _, c := range b.components {
+		for _, s := range c.Inputs {
+			key := [2]string{s.Source, s.Stream}
+			if subs[key] == nil {
+				order = append(order, key)
+			}
+			subs[key] = append(subs[key], sub{c.Name, s.Grouping.String()})
+		}
+	}
+	var errs []error
+	for _, key := range order {
+		var direct, other *sub
+		for i, s := range subs[key] {
+			if s.grouping == GroupDirect.String() {
+				direct = &subs[key][i]
+			} else if other == nil {
+				other = &subs[key][i]
+			}
+		}
+		if direct != nil && other != nil {
+			errs = append(errs, fmt.Errorf("stream %s/%s is subscribed with Direct grouping by %q and with %s grouping by %q; a stream is either direct (every subscriber uses Direct and the emitter calls EmitDirect) or not, so emit on two streams instead", key[0], key[1], direct.bolt, other.grouping, other.bolt))
+		}
+	}
+	return errs
 }
 
 // cycle returns one cycle of the subscription graph, or nil.

@@ -36,11 +36,21 @@ func TestBuildValidation(t *testing.T) {
 			b.Bolt("c", bolt, 2).Input("a", Fields("word"))
 		}, nil},
 		{"valid named streams and every grouping", func(b *Builder) {
-			b.Spout("s", spout, 1).Outputs("x").Stream("errors", "msg")
+			b.Spout("s", spout, 1).Outputs("x").Stream("errors", "msg").Stream("direct", "y")
 			b.Bolt("a", bolt, 1).Input("s", All()).InputStream("s", "errors", Global())
-			b.Bolt("b", bolt, 1).Input("s", Direct())
+			b.Bolt("b", bolt, 1).InputStream("s", "direct", Direct())
 			b.Bolt("c", bolt, 1).Input("s", LocalOrShuffle())
+			b.Bolt("d", bolt, 2).InputStream("s", "direct", Direct())
 		}, nil},
+		{"same stream subscribed twice", func(b *Builder) {
+			b.Spout("s", spout, 1).Outputs("x")
+			b.Bolt("a", bolt, 2).Input("s", Shuffle()).Input("s", All())
+		}, []string{`bolt "a" subscribes to s/default twice`}},
+		{"direct and other groupings on one stream", func(b *Builder) {
+			b.Spout("s", spout, 1).Outputs("x")
+			b.Bolt("a", bolt, 1).Input("s", Direct())
+			b.Bolt("b", bolt, 1).Input("s", Shuffle())
+		}, []string{`stream s/default is subscribed with Direct grouping by "a" and with shuffle grouping by "b"`}},
 		{"unknown component", func(b *Builder) {
 			b.Spout("s", spout, 1).Outputs("x")
 			b.Bolt("a", bolt, 1).Input("nope", Shuffle())
@@ -189,19 +199,25 @@ func TestTupleAccessors(t *testing.T) {
 }
 
 func TestIDsDeterministicAndDistinct(t *testing.T) {
-	a := RootID("lines", MsgID{Partition: 0, Offset: 10})
-	if a != RootID("lines", MsgID{Partition: 0, Offset: 10}) {
+	a := RootID("lines", DefaultStream, MsgID{Partition: 0, Offset: 10})
+	if a != RootID("lines", DefaultStream, MsgID{Partition: 0, Offset: 10}) {
 		t.Fatal("RootID not deterministic")
 	}
+	split := func(task int, stream string) uint64 { return TaskKey(StreamKey("split", stream), task) }
 	seen := map[uint64]bool{a: true}
 	for _, id := range []uint64{
-		RootID("lines", MsgID{Partition: 0, Offset: 11}),
-		RootID("lines", MsgID{Partition: 1, Offset: 10}),
-		RootID("other", MsgID{Partition: 0, Offset: 10}),
-		ChildID(a, StreamKey("split", "default"), 0),
-		ChildID(a, StreamKey("split", "default"), 1),
-		ChildID(a, StreamKey("split", "other"), 0),
-		ChildID(a, StreamKey("count", "default"), 0),
+		RootID("lines", DefaultStream, MsgID{Partition: 0, Offset: 11}),
+		RootID("lines", DefaultStream, MsgID{Partition: 1, Offset: 10}),
+		RootID("other", DefaultStream, MsgID{Partition: 0, Offset: 10}),
+		RootID("lines", "errors", MsgID{Partition: 0, Offset: 10}),
+		ChildID(a, split(0, DefaultStream), 0),
+		ChildID(a, split(0, DefaultStream), 1),
+		ChildID(a, split(0, "other"), 0),
+		// The same input processed by another task of the component (All
+		// grouping) has other children.
+		ChildID(a, split(1, DefaultStream), 0),
+		ChildID(a, split(2, DefaultStream), 0),
+		ChildID(a, TaskKey(StreamKey("count", DefaultStream), 0), 0),
 		HashID("w", "1"), HashID("w1"),
 	} {
 		if seen[id] {
@@ -209,7 +225,7 @@ func TestIDsDeterministicAndDistinct(t *testing.T) {
 		}
 		seen[id] = true
 	}
-	if ChildID(a, StreamKey("split", "default"), 3) != ChildID(a, StreamKey("split", "default"), 3) {
+	if ChildID(a, split(1, DefaultStream), 3) != ChildID(a, split(1, DefaultStream), 3) {
 		t.Fatal("ChildID not deterministic")
 	}
 }

@@ -3,7 +3,9 @@ package topology
 import (
 	"context"
 	"errors"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
 
@@ -37,7 +39,36 @@ type TaskContext struct {
 	Parallelism int
 	Worker      int // worker slot hosting the task
 	Logger      zerolog.Logger
+	// ComponentTasks lists the task IDs of every component, in index order:
+	// what EmitDirect takes.
+	ComponentTasks map[string][]int
+	// Guarantee is the run's processing guarantee: "at-most-once",
+	// "at-least-once" or "exactly-once". A source that can only feed some
+	// of them refuses the others in Open.
+	Guarantee string
+	// MessageTimeout fails a tree not completed in this long.
+	MessageTimeout time.Duration
+	// CheckpointEvery is the interval between checkpoints (0: none). A sink
+	// that deduplicates within a window checks the window is longer than
+	// CheckpointEvery plus MessageTimeout.
+	CheckpointEvery time.Duration
+	// State is the task's keyed state, kept by the runtime and restored
+	// after failures; nil unless the component declared KeyedState().
+	State *State
+	// Context is cancelled when the task stops, also when its worker dies
+	// and Cleanup or Close is never called: release connections and other
+	// resources with context.AfterFunc(tc.Context, ...).
+	Context context.Context
+	// NATSURL and NATSOptions are how the task's worker connects to NATS
+	// (its servers, credentials, TLS). Sources and sinks given no URL of
+	// their own connect the same way.
+	NATSURL     string
+	NATSOptions []nats.Option
 }
+
+// TasksOf returns the task IDs of a component in index order (nil for an
+// unknown component): the tasks EmitDirect may name.
+func (tc TaskContext) TasksOf(component string) []int { return tc.ComponentTasks[component] }
 
 // Spout reads a source and emits root records. One goroutine calls all of
 // its methods, so a spout needs no locks.
@@ -66,17 +97,31 @@ type SelfReplaying interface {
 	ReplaysItself() bool
 }
 
-// SpoutCollector takes a spout's emits.
+// DeadLetterAware is implemented by spouts that want to hear when the
+// runtime gives up on one of their records after too many failed attempts
+// and sends it to the dead letters: a source that commits positions can then
+// commit past it. Fail has been called for every failed attempt already.
+type DeadLetterAware interface {
+	DeadLettered(id MsgID, reason string)
+}
+
+// SpoutCollector takes a spout's emits. An emit that the runtime refuses
+// (an undeclared stream, the wrong number of values, a value outside the
+// value set, a record too large for a frame, a misused Direct stream)
+// returns an error that names the component, stream and field, sends
+// nothing, and sends a tracked record to the dead letters, so that it is
+// never lost without a trace.
 type SpoutCollector interface {
 	// Emit sends a tracked record on the default stream.
-	Emit(id MsgID, values Values)
+	Emit(id MsgID, values Values) error
 	// EmitTo sends a tracked record on a named stream.
-	EmitTo(stream string, id MsgID, values Values)
+	EmitTo(stream string, id MsgID, values Values) error
 	// EmitUntracked sends a record that is never acked nor replayed.
-	EmitUntracked(stream string, values Values)
-	// EmitDirect sends a tracked record to one task of a component that
-	// subscribed to stream with the Direct grouping.
-	EmitDirect(task int, stream string, id MsgID, values Values)
+	EmitUntracked(stream string, values Values) error
+	// EmitDirect sends a tracked record to the task with ID task (see
+	// TaskContext.TasksOf) of a component that subscribed to stream with
+	// the Direct grouping.
+	EmitDirect(task int, stream string, id MsgID, values Values) error
 }
 
 // Bolt processes records. One goroutine calls all of its methods.
@@ -88,23 +133,41 @@ type Bolt interface {
 	Cleanup() error
 }
 
-// Collector takes a bolt's emits, acks and fails.
+// Collector takes a bolt's emits, acks and fails. An emit the runtime
+// refuses returns an error (see SpoutCollector) and sends nothing; the
+// inputs it was anchored to are then failed with that error even if the
+// bolt acks them, so that the missing output is replayed or dead-lettered,
+// never silently lost.
 type Collector interface {
 	// Emit sends a record on the default stream, anchored to anchor (nil:
 	// unanchored, so not tracked).
-	Emit(anchor *Tuple, values Values)
+	Emit(anchor *Tuple, values Values) error
 	// EmitTo sends a record on a named stream anchored to every anchor.
-	EmitTo(stream string, anchors []*Tuple, values Values)
+	EmitTo(stream string, anchors []*Tuple, values Values) error
 	// EmitWithID is EmitTo with an explicit record ID, for emits that do
-	// not follow from one input (timers, joins): make the ID deterministic,
-	// for example topology.HashID(component, window, key).
-	EmitWithID(stream string, id uint64, anchors []*Tuple, values Values)
-	// EmitDirect sends to one task of a component subscribed with Direct.
-	EmitDirect(task int, stream string, anchors []*Tuple, values Values)
+	// not follow from one input (timers, joins): make the ID deterministic
+	// and unique, for example topology.HashID(component, window, key).
+	EmitWithID(stream string, id uint64, anchors []*Tuple, values Values) error
+	// EmitDirect sends to the task with ID task (see TaskContext.TasksOf)
+	// of a component subscribed to stream with the Direct grouping.
+	EmitDirect(task int, stream string, anchors []*Tuple, values Values) error
 	Ack(in *Tuple)
+	// Fail fails in's trees: the spouts replay them (or, after too many
+	// attempts, send them to the dead letters).
 	Fail(in *Tuple)
+	// FailWith is Fail with the reason, which the dead letters record.
+	FailWith(in *Tuple, reason error)
 	// ResetTimeout restarts the message timeout of in's trees.
 	ResetTimeout(in *Tuple)
+}
+
+// Flusher is implemented by bolts that buffer work between inputs (a sink
+// waiting for acknowledgements, a batch writer). The runtime calls Flush on
+// the task's goroutine when the task is idle, at least every few
+// milliseconds, and before it snapshots the task for a checkpoint, so that
+// such a bolt can ack or fail what it holds without tick tuples.
+type Flusher interface {
+	Flush()
 }
 
 // BasicBolt is a bolt that emits anchored to its input and is acked by the
@@ -115,11 +178,12 @@ type BasicBolt interface {
 	Cleanup() error
 }
 
-// BasicCollector takes a basic bolt's emits, all anchored to the input.
+// BasicCollector takes a basic bolt's emits, all anchored to the input. A
+// refused emit returns an error and fails the input (see Collector).
 type BasicCollector interface {
-	Emit(values Values)
-	EmitTo(stream string, values Values)
-	EmitWithID(stream string, id uint64, values Values)
+	Emit(values Values) error
+	EmitTo(stream string, values Values) error
+	EmitWithID(stream string, id uint64, values Values) error
 }
 
 // Stateful is implemented by bolts that keep state which must survive a
@@ -152,7 +216,7 @@ func (a *basicAdapter) Execute(in *Tuple) {
 	err := a.inner.Execute(in, a)
 	a.in, a.one[0] = nil, nil
 	if err != nil {
-		a.out.Fail(in)
+		a.out.FailWith(in, err)
 		return
 	}
 	a.out.Ack(in)
@@ -164,12 +228,14 @@ func (a *basicAdapter) Cleanup() error { return a.inner.Cleanup() }
 // Stateful).
 func (a *basicAdapter) Inner() any { return a.inner }
 
-func (a *basicAdapter) Emit(values Values) { a.out.EmitTo(DefaultStream, a.one[:], values) }
-func (a *basicAdapter) EmitTo(stream string, values Values) {
-	a.out.EmitTo(stream, a.one[:], values)
+func (a *basicAdapter) Emit(values Values) error {
+	return a.out.EmitTo(DefaultStream, a.one[:], values)
 }
-func (a *basicAdapter) EmitWithID(stream string, id uint64, values Values) {
-	a.out.EmitWithID(stream, id, a.one[:], values)
+func (a *basicAdapter) EmitTo(stream string, values Values) error {
+	return a.out.EmitTo(stream, a.one[:], values)
+}
+func (a *basicAdapter) EmitWithID(stream string, id uint64, values Values) error {
+	return a.out.EmitWithID(stream, id, a.one[:], values)
 }
 
 // Unwrap returns the user's object behind a Bolt (the BasicBolt for a

@@ -12,8 +12,10 @@
 //	b.BasicBolt("count", newCountBolt, 2).Input("split", topology.Fields("word"))
 //	topo, err := b.Build()
 //
-// Records are Values (string, []byte, int64, float64, bool, nil and nested
-// []any) read through a *Tuple by index or field name. Emits take anchors and
-// message IDs: the runtime uses them to track each source record's tree
-// (at-least-once) and ignores them in at-most-once mode.
+// Records are Values (nil, bool, int64, uint64, float64, string, []byte, and
+// nested []any and map[string]any: see Values) read through a *Tuple by
+// index or field name. Emit normalises other integer and float types and
+// refuses anything else with an error that names the field. Emits take
+// anchors and message IDs: the runtime uses them to track each source
+// record's tree (at-least-once) and ignores them in at-most-once mode.
 package topology

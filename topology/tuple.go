@@ -26,6 +26,10 @@ type Tracking struct {
 	AckVal  uint64        // XOR of the edges of the children anchored to it so far
 	Emitted int           // outputs emitted while processing it (k in the child ID hash)
 	Done    bool          // acked or failed already
+	// EmitErr is the first error of an emit anchored to this tuple: the
+	// runtime then fails the tuple even if the bolt acks it, so that the
+	// output that could not be sent is not lost without a trace.
+	EmitErr error
 }
 
 // Tracking returns the runtime's bookkeeping for t. For package workers only.
@@ -58,31 +62,36 @@ func (t *Tuple) String(i int) (string, error) {
 // StringByField is String for a named field.
 func (t *Tuple) StringByField(name string) (string, error) { return t.String(t.Schema.Index(name)) }
 
-// Int returns value i as an int64.
+// Int returns value i as an int64 (Emit turns every signed integer type
+// into int64).
 func (t *Tuple) Int(i int) (int64, error) {
-	switch v := t.Value(i).(type) {
-	case int64:
-		return v, nil
-	case int:
-		return int64(v), nil
-	case int32:
-		return int64(v), nil
+	v, ok := t.Value(i).(int64)
+	if !ok {
+		return 0, typeError(t.describe(i), "an int64", t.Value(i))
 	}
-	return 0, typeError(t.describe(i), "an int64", t.Value(i))
+	return v, nil
 }
 
 // IntByField is Int for a named field.
 func (t *Tuple) IntByField(name string) (int64, error) { return t.Int(t.Schema.Index(name)) }
 
+// Uint returns value i as a uint64 (Emit turns every unsigned integer type
+// into uint64).
+func (t *Tuple) Uint(i int) (uint64, error) {
+	v, ok := t.Value(i).(uint64)
+	if !ok {
+		return 0, typeError(t.describe(i), "a uint64", t.Value(i))
+	}
+	return v, nil
+}
+
 // Float returns value i as a float64.
 func (t *Tuple) Float(i int) (float64, error) {
-	switch v := t.Value(i).(type) {
-	case float64:
-		return v, nil
-	case float32:
-		return float64(v), nil
+	v, ok := t.Value(i).(float64)
+	if !ok {
+		return 0, typeError(t.describe(i), "a float64", t.Value(i))
 	}
-	return 0, typeError(t.describe(i), "a float64", t.Value(i))
+	return v, nil
 }
 
 // Bool returns value i as a bool.
@@ -108,6 +117,15 @@ func (t *Tuple) List(i int) ([]any, error) {
 	v, ok := t.Value(i).([]any)
 	if !ok {
 		return nil, typeError(t.describe(i), "a list", t.Value(i))
+	}
+	return v, nil
+}
+
+// Map returns value i as a map.
+func (t *Tuple) Map(i int) (map[string]any, error) {
+	v, ok := t.Value(i).(map[string]any)
+	if !ok {
+		return nil, typeError(t.describe(i), "a map[string]any", t.Value(i))
 	}
 	return v, nil
 }

@@ -27,6 +27,8 @@ type entry struct {
 	// first is embedded because almost every entry belongs to exactly one
 	// tree; only the rare entry of several trees allocates more links.
 	first link
+	// failed marks a tombstone: the input failed (see Discard).
+	failed bool
 }
 
 // link puts one entry in one tree's list. The list is doubly linked so that
@@ -46,6 +48,7 @@ type link struct {
 type Log struct {
 	cfg     Config
 	entries map[uint64]*entry
+	tombs   int              // entries that are tombstones
 	trees   map[uint64]*link // head of each tree's list
 	oldest  *entry
 	newest  *entry
@@ -100,15 +103,10 @@ func New(cfg Config) (*Log, error) {
 // and pushing back on the spouts, because the inputs already in flight must
 // still be logged for the guarantees to hold.
 func (l *Log) Append(input uint64, trees []uint64, outs []Output, size int, now time.Time) {
-	if t := now.UnixNano(); t > l.clock {
-		l.clock = t
-	}
-	e := l.entries[input]
-	if e == nil {
-		e = l.newEntry(input)
-		l.entries[input] = e
-	} else {
-		l.unlinkAge(e)
+	e := l.take(input, now)
+	if e.failed {
+		e.failed = false
+		l.tombs--
 	}
 	e.touched = l.clock
 	l.pushAge(e)
@@ -128,11 +126,78 @@ func (l *Log) Append(input uint64, trees []uint64, outs []Output, size int, now 
 	}
 }
 
-// Has reports whether input has an entry: the exact confirmation that the
-// dedup filter's "maybe seen" answer needs (DESIGN.md section 6).
+// Has reports whether input has an entry that is not a tombstone: the
+// exact confirmation that the dedup filter's "maybe seen" answer needs
+// (DESIGN.md section 6).
 func (l *Log) Has(input uint64) bool {
-	_, ok := l.entries[input]
-	return ok
+	e := l.entries[input]
+	return e != nil && !e.failed
+}
+
+// Discard turns input's entry into a tombstone, creating one if input has
+// no entry: its outputs and trees are dropped, and Has reports false while
+// Failed reports true until input is appended to again, removed or expires.
+// A bolt calls it when it fails an input: only a completed input is a
+// duplicate (DESIGN.md section 6), so the outputs it emitted before failing
+// prove nothing, and its replay must run user code again. The tombstone
+// lets the bolt tell that replay from a Bloom false positive.
+func (l *Log) Discard(input uint64, now time.Time) {
+	e := l.take(input, now)
+	l.dropContents(e)
+	if !e.failed {
+		e.failed = true
+		l.tombs++
+	}
+	e.touched = l.clock
+	l.pushAge(e)
+}
+
+// Failed reports whether input's entry is a tombstone (see Discard).
+func (l *Log) Failed(input uint64) bool {
+	e := l.entries[input]
+	return e != nil && e.failed
+}
+
+// Remove drops input's entry, tombstone or not, and reports whether there
+// was one.
+func (l *Log) Remove(input uint64) bool {
+	e := l.entries[input]
+	if e == nil {
+		return false
+	}
+	l.remove(e)
+	return true
+}
+
+// take advances the clock to now and returns input's entry, created if
+// missing, taken out of the age list for the caller to push back.
+func (l *Log) take(input uint64, now time.Time) *entry {
+	if t := now.UnixNano(); t > l.clock {
+		l.clock = t
+	}
+	e := l.entries[input]
+	if e == nil {
+		e = l.newEntry(input)
+		l.entries[input] = e
+	} else {
+		l.unlinkAge(e)
+	}
+	return e
+}
+
+// dropContents forgets e's outputs and trees but keeps e in the entry map
+// and the age list.
+func (l *Log) dropContents(e *entry) {
+	if e.first.e != nil {
+		for k := &e.first; k != nil; k = k.sib {
+			l.unlinkTree(k)
+		}
+	}
+	e.first = link{}
+	clear(e.outs)
+	e.outs = e.outs[:0]
+	l.bytes -= e.size
+	e.size = 0
 }
 
 // Outputs returns the logged outputs of input in the order they were
@@ -143,7 +208,7 @@ func (l *Log) Has(input uint64) bool {
 // shows.
 func (l *Log) Outputs(input uint64) ([]Output, bool) {
 	e := l.entries[input]
-	if e == nil {
+	if e == nil || e.failed {
 		return nil, false
 	}
 	if len(e.outs) == 0 {
@@ -194,7 +259,9 @@ func (l *Log) Complete(tree uint64, trimmed func(input uint64)) int {
 
 // Expire removes the entries last appended to or linked before cutoff,
 // oldest first, calls trimmed (if not nil) with the input of each and the
-// number of outputs it held, and returns how many were removed. The count
+// number of outputs it held, and returns how many were removed. Tombstones
+// are removed and counted without calling trimmed: a failed input was not
+// processed, so nothing about it may be remembered as done. The count
 // lets the caller treat an entry with nothing to re-emit differently: it
 // can be remembered as done, while one with outputs cannot (a later replay
 // would then be acked without its outputs ever being sent again). It catches entries whose trees failed and were
@@ -204,9 +271,9 @@ func (l *Log) Expire(cutoff time.Time, trimmed func(input uint64, outputs int)) 
 	c := cutoff.UnixNano()
 	n := 0
 	for e := l.oldest; e != nil && e.touched < c; e = l.oldest {
-		input, outputs := e.input, len(e.outs)
+		input, outputs, failed := e.input, len(e.outs), e.failed
 		l.remove(e)
-		if trimmed != nil {
+		if trimmed != nil && !failed {
 			trimmed(input, outputs)
 		}
 		n++
@@ -229,14 +296,18 @@ func (l *Log) ForTask(dst int32, fn func(input uint64, o Output)) {
 	}
 }
 
-// Len is the number of inputs logged.
-func (l *Log) Len() int { return len(l.entries) }
+// Len is the number of inputs logged, tombstones excluded.
+func (l *Log) Len() int { return len(l.entries) - l.tombs }
+
+// Tombstones is the number of tombstones (see Discard).
+func (l *Log) Tombstones() int { return l.tombs }
 
 // Bytes is the sum of the sizes given to Append for the entries still
 // logged.
 func (l *Log) Bytes() int64 { return l.bytes }
 
-// Full reports whether either bound is reached. The runtime then stops the
+// Full reports whether either bound is reached (tombstones count toward
+// MaxEntries). The runtime then stops the
 // spouts reading their sources (DESIGN.md section 4, flow control) rather
 // than dropping entries, which would lose the records a replay needs.
 func (l *Log) Full() bool {
@@ -275,6 +346,9 @@ func (l *Log) remove(e *entry) {
 	}
 	l.unlinkAge(e)
 	delete(l.entries, e.input)
+	if e.failed {
+		l.tombs--
+	}
 	l.bytes -= e.size
 	if len(l.free) == maxFree {
 		return

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"unicode/utf8"
 )
 
 // magic is the first byte of every frame. 0xAF is neither printable ASCII
@@ -12,9 +14,10 @@ import (
 // subject by mistake is refused at the first byte.
 const magic = 0xAF
 
-// MaxDepth is how deeply lists may nest inside one value. The limit keeps
-// decoding a hostile frame from recursing without bound and makes encoding a
-// list that contains itself an error instead of a stack overflow.
+// MaxDepth is how deeply lists and maps, counted together, may nest inside
+// one value. The limit keeps decoding a hostile frame from recursing without
+// bound and makes encoding a list or map that contains itself an error
+// instead of a stack overflow.
 const MaxDepth = 8
 
 // Value tags. Booleans get two tags so that they cost one byte.
@@ -27,15 +30,19 @@ const (
 	tagString = 5
 	tagBytes  = 6
 	tagList   = 7
+	tagUint   = 8
+	tagMap    = 9
 )
 
 // The fewest bytes an item can take. A count that claims more items than the
 // remaining bytes could hold is refused before anything is allocated for it.
 const (
 	minRecordSize = 8 + 1 + 1 + 1 + 1 + 1 // ID, epoch, task, stream length, two counts
-	minAckSize    = 1 + 8 + 8 + 1
-	minNoticeSize = 1 + 8
+	minAckSize    = 1 + 8 + 8 + 1 + 1     // type, tree, value, task, error length
+	minNoticeSize = 1 + 8 + 1 + 1         // type, tree, task, error length
+	minLinkSize   = 1 + 1 + 1 + 1         // type, epoch, sequence, count
 	anchorSize    = 8 + 8
+	minEntrySize  = 1 + 1 // map entry: key length, value tag
 )
 
 var (
@@ -48,8 +55,9 @@ var (
 	// version of the format; the wrapped message names both versions.
 	ErrVersion = errors.New("wire: unsupported frame version")
 	// ErrCorrupt means the frame breaks the format: an unknown kind, tag or
-	// type, an out-of-range number, lists nested too deeply, or bytes left
-	// over after the last item.
+	// type, an out-of-range number, lists and maps nested too deeply, a map
+	// key given twice, an error text longer than MaxErrLen, a NACK for no
+	// frames, or bytes left over after the last item.
 	ErrCorrupt = errors.New("wire: corrupt frame")
 )
 
@@ -62,6 +70,8 @@ func (k Kind) String() string {
 		return "ack"
 	case KindNotice:
 		return "notice"
+	case KindLink:
+		return "link"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -94,60 +104,152 @@ func (t NoticeType) String() string {
 	return fmt.Sprintf("NoticeType(%d)", uint8(t))
 }
 
+// String returns the message type's name for logs and errors.
+func (t LinkType) String() string {
+	switch t {
+	case LinkHWM:
+		return "HWM"
+	case LinkNack:
+		return "NACK"
+	}
+	return fmt.Sprintf("LinkType(%d)", uint8(t))
+}
+
 func (t AckType) valid() bool    { return t >= AckInit && t <= AckReset }
 func (t NoticeType) valid() bool { return t >= NoticeComplete && t <= NoticeReset }
+func (t LinkType) valid() bool   { return t == LinkHWM || t == LinkNack }
 
 // AppendFrame appends the encoding of f to dst and returns the extended
 // buffer. Only the slice that matches f.Kind is encoded. Passing a reused
-// buffer with enough capacity makes encoding allocation-free.
+// buffer with enough capacity makes encoding allocation-free, except that a
+// map value with more than 16 keys allocates to sort them.
 //
-// Values may be string, []byte, int64, float64, bool, nil or []any of those;
-// int and int32 are widened to int64 and float32 to float64, so they decode
-// as int64 and float64, and a nil []byte or []any decodes as an empty one.
-// Any other type, an unknown kind or message type, or lists nested deeper
-// than MaxDepth is an error; dst is then returned with its original length,
-// so the caller's buffer holds no partial frame.
+// Values may be string, []byte, bool, nil, int64, uint64, float64, []any or
+// map[string]any, with lists and maps holding the same types; int and int32
+// are widened to int64 and float32 to float64, so they decode as int64 and
+// float64, and a nil []byte, []any or map[string]any decodes as an empty one.
+// Map keys are written in sorted order, so a map always encodes to the same
+// bytes. An Err longer than MaxErrLen is cut to MaxErrLen bytes or a little
+// less, so as not to split a UTF-8 sequence.
+//
+// Any other value type, lists and maps nested deeper than MaxDepth, an
+// unknown kind or message type, or a NACK for 0 frames is an error; dst is
+// then returned with its original length, so the caller's buffer holds no
+// partial frame.
 func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, magic, Version, byte(f.Kind))
 	dst = binary.AppendVarint(dst, int64(f.Src))
 	dst = binary.AppendUvarint(dst, f.Epoch)
 	dst = binary.AppendUvarint(dst, f.Seq)
+	var err error
 	switch f.Kind {
 	case KindData:
-		dst = binary.AppendUvarint(dst, uint64(len(f.Records)))
-		for i := range f.Records {
-			var err error
-			if dst, err = appendRecord(dst, &f.Records[i], i); err != nil {
-				return dst[:start], err
-			}
-		}
+		dst, err = appendRecords(dst, f.Records)
 	case KindAck:
-		dst = binary.AppendUvarint(dst, uint64(len(f.Acks)))
-		for i := range f.Acks {
-			a := &f.Acks[i]
-			if !a.Type.valid() {
-				return dst[:start], fmt.Errorf("wire: ack %d has unknown type %d; use AckInit, AckAck, AckFail or AckReset", i, uint8(a.Type))
-			}
-			dst = append(dst, byte(a.Type))
-			dst = binary.LittleEndian.AppendUint64(dst, a.Tree)
-			dst = binary.LittleEndian.AppendUint64(dst, a.Val)
-			dst = binary.AppendVarint(dst, int64(a.Task))
-		}
+		dst, err = appendAcks(dst, f.Acks)
 	case KindNotice:
-		dst = binary.AppendUvarint(dst, uint64(len(f.Notices)))
-		for i := range f.Notices {
-			n := &f.Notices[i]
-			if !n.Type.valid() {
-				return dst[:start], fmt.Errorf("wire: notice %d has unknown type %d; use NoticeComplete, NoticeFailed or NoticeReset", i, uint8(n.Type))
-			}
-			dst = append(dst, byte(n.Type))
-			dst = binary.LittleEndian.AppendUint64(dst, n.Tree)
-		}
+		dst, err = appendNotices(dst, f.Notices)
+	case KindLink:
+		dst, err = appendLinks(dst, f.Links)
 	default:
-		return dst[:start], fmt.Errorf("wire: frame has unknown kind %d; use KindData, KindAck or KindNotice", uint8(f.Kind))
+		err = fmt.Errorf("wire: frame has unknown kind %d; use KindData, KindAck, KindNotice or KindLink", uint8(f.Kind))
+	}
+	if err != nil {
+		return dst[:start], err
 	}
 	return dst, nil
+}
+
+func appendRecords(dst []byte, recs []Record) ([]byte, error) {
+	dst = binary.AppendUvarint(dst, uint64(len(recs)))
+	for i := range recs {
+		var err error
+		if dst, err = appendRecord(dst, &recs[i], i); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
+func appendAcks(dst []byte, acks []AckMsg) ([]byte, error) {
+	dst = binary.AppendUvarint(dst, uint64(len(acks)))
+	for i := range acks {
+		a := &acks[i]
+		if !a.Type.valid() {
+			return dst, fmt.Errorf("wire: ack %d has unknown type %d; use AckInit, AckAck, AckFail or AckReset", i, uint8(a.Type))
+		}
+		dst = append(dst, byte(a.Type))
+		dst = binary.LittleEndian.AppendUint64(dst, a.Tree)
+		dst = binary.LittleEndian.AppendUint64(dst, a.Val)
+		dst = binary.AppendVarint(dst, int64(a.Task))
+		dst = appendErr(dst, a.Err)
+	}
+	return dst, nil
+}
+
+func appendNotices(dst []byte, notices []Notice) ([]byte, error) {
+	dst = binary.AppendUvarint(dst, uint64(len(notices)))
+	for i := range notices {
+		n := &notices[i]
+		if !n.Type.valid() {
+			return dst, fmt.Errorf("wire: notice %d has unknown type %d; use NoticeComplete, NoticeFailed or NoticeReset", i, uint8(n.Type))
+		}
+		dst = append(dst, byte(n.Type))
+		dst = binary.LittleEndian.AppendUint64(dst, n.Tree)
+		dst = binary.AppendVarint(dst, int64(n.Task))
+		dst = appendErr(dst, n.Err)
+	}
+	return dst, nil
+}
+
+func appendLinks(dst []byte, links []LinkMsg) ([]byte, error) {
+	dst = binary.AppendUvarint(dst, uint64(len(links)))
+	for i := range links {
+		l := &links[i]
+		if !l.Type.valid() {
+			return dst, fmt.Errorf("wire: link %d has unknown type %d; use LinkHWM or LinkNack", i, uint8(l.Type))
+		}
+		if l.Type == LinkNack && l.Count == 0 {
+			return dst, fmt.Errorf("wire: link %d is a NACK for 0 frames; set Count to the number of frames to resend, or send nothing", i)
+		}
+		dst = append(dst, byte(l.Type))
+		dst = binary.AppendUvarint(dst, l.Epoch)
+		dst = binary.AppendUvarint(dst, l.Seq)
+		dst = binary.AppendUvarint(dst, l.Count)
+	}
+	return dst, nil
+}
+
+// appendErr appends an Err field, cut to MaxErrLen bytes.
+// Most acks and notices carry no error, so that case inlines.
+func appendErr(dst []byte, s string) []byte {
+	if s == "" {
+		return append(dst, 0)
+	}
+	return appendErrText(dst, s)
+}
+
+func appendErrText(dst []byte, s string) []byte {
+	s = cutErr(s)
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// cutErr returns s cut to at most MaxErrLen bytes. It cuts before a UTF-8
+// sequence that crosses the limit, not through it, so that a valid reason
+// stays valid text.
+func cutErr(s string) string {
+	if len(s) <= MaxErrLen {
+		return s
+	}
+	n := MaxErrLen
+	// s[n] is the first byte cut off; while it continues a sequence, that
+	// sequence started at most UTFMax-1 bytes earlier.
+	for i := 0; i < utf8.UTFMax-1 && !utf8.RuneStart(s[n]); i++ {
+		n--
+	}
+	return s[:n]
 }
 
 func appendRecord(dst []byte, r *Record, ri int) ([]byte, error) {
@@ -171,8 +273,8 @@ func appendRecord(dst []byte, r *Record, ri int) ([]byte, error) {
 	return dst, nil
 }
 
-// appendValue encodes v, a value at list depth depth; ri and vi name the
-// record and top-level value for the error message.
+// appendValue encodes v, a value inside depth lists and maps; ri and vi name
+// the record and top-level value for the error message.
 func appendValue(dst []byte, v any, depth, ri, vi int) ([]byte, error) {
 	switch v := v.(type) {
 	case string:
@@ -185,6 +287,8 @@ func appendValue(dst []byte, v any, depth, ri, vi int) ([]byte, error) {
 		return binary.AppendVarint(append(dst, tagInt), int64(v)), nil
 	case int32:
 		return binary.AppendVarint(append(dst, tagInt), int64(v)), nil
+	case uint64:
+		return binary.AppendUvarint(append(dst, tagUint), v), nil
 	case float64:
 		return binary.LittleEndian.AppendUint64(append(dst, tagFloat), math.Float64bits(v)), nil
 	case float32:
@@ -202,7 +306,7 @@ func appendValue(dst []byte, v any, depth, ri, vi int) ([]byte, error) {
 		return append(dst, v...), nil
 	case []any:
 		if depth >= MaxDepth {
-			return dst, fmt.Errorf("wire: value %d of record %d nests lists more than %d deep; flatten it", vi, ri, MaxDepth)
+			return dst, tooDeep(ri, vi)
 		}
 		dst = append(dst, tagList)
 		dst = binary.AppendUvarint(dst, uint64(len(v)))
@@ -213,8 +317,42 @@ func appendValue(dst []byte, v any, depth, ri, vi int) ([]byte, error) {
 			}
 		}
 		return dst, nil
+	case map[string]any:
+		if depth >= MaxDepth {
+			return dst, tooDeep(ri, vi)
+		}
+		return appendMap(dst, v, depth, ri, vi)
 	}
-	return dst, fmt.Errorf("wire: value %d of record %d has unsupported type %T; use string, []byte, int64, float64, bool or []any", vi, ri, v)
+	return dst, fmt.Errorf("wire: value %d of record %d has unsupported type %T; use string, []byte, bool, nil, int64, uint64, float64, []any or map[string]any", vi, ri, v)
+}
+
+// appendMap encodes m, a map inside depth lists and maps, with its keys in
+// sorted order so that the same map always encodes to the same bytes,
+// whatever order Go iterates it in.
+func appendMap(dst []byte, m map[string]any, depth, ri, vi int) ([]byte, error) {
+	// The keys of a small map are sorted on the stack; appendMap is apart
+	// from appendValue so that only maps pay for the array.
+	var buf [16]string
+	keys := buf[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	dst = append(dst, tagMap)
+	dst = binary.AppendUvarint(dst, uint64(len(keys)))
+	for _, k := range keys {
+		dst = binary.AppendUvarint(dst, uint64(len(k)))
+		dst = append(dst, k...)
+		var err error
+		if dst, err = appendValue(dst, m[k], depth+1, ri, vi); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
+func tooDeep(ri, vi int) error {
+	return fmt.Errorf("wire: value %d of record %d nests lists and maps more than %d deep; flatten it", vi, ri, MaxDepth)
 }
 
 // PeekHeader returns the kind and item count of a frame without decoding
@@ -248,18 +386,20 @@ func DecodeFrame(data []byte, f *Frame) error {
 		return err
 	}
 	f.Kind, f.Src, f.Epoch, f.Seq = kind, d.src, d.epoch, d.seq
+	// Empty the slices of the other kinds; records handles f.Records itself.
+	if kind != KindData {
+		f.dropRecords()
+	}
+	f.Acks, f.Notices, f.Links = f.Acks[:0], f.Notices[:0], f.Links[:0]
 	switch kind {
 	case KindData:
-		f.Acks, f.Notices = f.Acks[:0], f.Notices[:0]
 		d.records(f, n)
 	case KindAck:
-		f.dropRecords()
-		f.Notices = f.Notices[:0]
 		d.acks(f, n)
 	case KindNotice:
-		f.dropRecords()
-		f.Acks = f.Acks[:0]
 		d.notices(f, n)
+	case KindLink:
+		d.links(f, n)
 	}
 	err = d.error()
 	if err == nil && d.off != len(data) {
@@ -274,7 +414,7 @@ func DecodeFrame(data []byte, f *Frame) error {
 func (f *Frame) clear() {
 	f.Kind, f.Src, f.Epoch, f.Seq = 0, 0, 0, 0
 	f.dropRecords()
-	f.Acks, f.Notices = f.Acks[:0], f.Notices[:0]
+	f.Acks, f.Notices, f.Links = f.Acks[:0], f.Notices[:0], f.Links[:0]
 }
 
 // dropRecords empties f.Records but keeps the arrays for reuse. It clears
@@ -351,6 +491,8 @@ func (d *decoder) header() (Kind, int, error) {
 		size = minAckSize
 	case KindNotice:
 		size = minNoticeSize
+	case KindLink:
+		size = minLinkSize
 	default:
 		return 0, 0, fmt.Errorf("%w: unknown frame kind %d", ErrCorrupt, d.data[2])
 	}
@@ -504,6 +646,7 @@ func (d *decoder) acks(f *Frame, n int) {
 		a.Tree = d.u64("tree")
 		a.Val = d.u64("value")
 		a.Task = d.int32("task")
+		a.Err = d.errText()
 		if d.failed != 0 {
 			return
 		}
@@ -524,6 +667,8 @@ func (d *decoder) notices(f *Frame, n int) {
 		nt := &f.Notices[i]
 		t := d.byte("type")
 		nt.Tree = d.u64("tree")
+		nt.Task = d.int32("task")
+		nt.Err = d.errText()
 		if d.failed != 0 {
 			return
 		}
@@ -534,7 +679,53 @@ func (d *decoder) notices(f *Frame, n int) {
 	}
 }
 
-// value decodes one value at list depth depth.
+func (d *decoder) links(f *Frame, n int) {
+	if cap(f.Links) < n {
+		f.Links = make([]LinkMsg, n)
+	}
+	f.Links = f.Links[:n]
+	for i := range f.Links {
+		d.item = i
+		l := &f.Links[i]
+		t := d.byte("type")
+		l.Epoch = d.uvarint("epoch")
+		l.Seq = d.uvarint("sequence")
+		l.Count = d.uvarint("count")
+		if d.failed != 0 {
+			return
+		}
+		if l.Type = LinkType(t); !l.Type.valid() {
+			d.corrupt("unknown link type %d", t)
+			return
+		}
+		if l.Type == LinkNack && l.Count == 0 {
+			d.corrupt("NACK for 0 frames")
+			return
+		}
+	}
+}
+
+// errText reads an Err field. Most acks and notices carry no error, a
+// single zero byte, so that case is read here and inlines (the named
+// result keeps it within the inlining budget); the rest is errTextSlow.
+func (d *decoder) errText() (s string) {
+	if d.off >= len(d.data) || d.data[d.off] != 0 {
+		return d.errTextSlow()
+	}
+	d.off++
+	return
+}
+
+func (d *decoder) errTextSlow() string {
+	b := d.bytes("error length")
+	if len(b) > MaxErrLen {
+		d.corrupt("error text is %d bytes, more than MaxErrLen (%d)", len(b), MaxErrLen)
+		return ""
+	}
+	return string(b)
+}
+
+// value decodes one value inside depth lists and maps.
 func (d *decoder) value(depth int) any {
 	tag := d.byte("value tag")
 	if d.failed != 0 {
@@ -549,6 +740,8 @@ func (d *decoder) value(depth int) any {
 		return string(b)
 	case tagInt:
 		return d.varint("integer")
+	case tagUint:
+		return d.uvarint("unsigned integer")
 	case tagFloat:
 		return math.Float64frombits(d.u64("float"))
 	case tagTrue:
@@ -566,24 +759,63 @@ func (d *decoder) value(depth int) any {
 		copy(c, b)
 		return c
 	case tagList:
-		if depth >= MaxDepth {
-			d.corrupt("lists nest more than %d deep", MaxDepth)
-			return nil
-		}
-		n := d.count("list length", 1)
-		if d.failed != 0 {
-			return nil
-		}
-		l := make([]any, n)
-		for i := range l {
-			if l[i] = d.value(depth + 1); d.failed != 0 {
-				return nil
-			}
-		}
-		return l
+		return d.list(depth)
+	case tagMap:
+		return d.mapValue(depth)
 	}
 	d.corrupt("unknown value tag %d", tag)
 	return nil
+}
+
+// list decodes a list inside depth lists and maps, after its tag.
+func (d *decoder) list(depth int) any {
+	if depth >= MaxDepth {
+		d.corrupt("lists and maps nest more than %d deep", MaxDepth)
+		return nil
+	}
+	n := d.count("list length", 1)
+	if d.failed != 0 {
+		return nil
+	}
+	l := make([]any, n)
+	for i := range l {
+		if l[i] = d.value(depth + 1); d.failed != 0 {
+			return nil
+		}
+	}
+	return l
+}
+
+// mapValue decodes a map inside depth lists and maps, after its tag. It
+// accepts the keys in any order but refuses a key given twice, whose first
+// value would otherwise vanish unseen; AppendFrame never writes one.
+func (d *decoder) mapValue(depth int) any {
+	if depth >= MaxDepth {
+		d.corrupt("lists and maps nest more than %d deep", MaxDepth)
+		return nil
+	}
+	n := d.count("map size", minEntrySize)
+	if d.failed != 0 {
+		return nil
+	}
+	m := make(map[string]any, n)
+	for range n {
+		k := d.bytes("map key length")
+		if d.failed != 0 {
+			return nil
+		}
+		// The lookup converts k without allocating; only a stored key does.
+		if _, dup := m[string(k)]; dup {
+			d.corrupt("map has key %.64q twice", k)
+			return nil
+		}
+		v := d.value(depth + 1)
+		if d.failed != 0 {
+			return nil
+		}
+		m[string(k)] = v
+	}
+	return m
 }
 
 func (d *decoder) byte(field string) byte {
@@ -724,6 +956,8 @@ func (d *decoder) where() string {
 		item = "ack"
 	case KindNotice:
 		item = "notice"
+	case KindLink:
+		item = "link"
 	}
 	s := fmt.Sprintf("%s %d", item, d.item)
 	if d.val >= 0 {

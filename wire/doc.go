@@ -1,12 +1,15 @@
 // Package wire is the frame codec: it turns a batch of records, acker
-// messages or acker notices into the bytes of one NATS message and back.
+// messages, acker notices or link messages into the bytes of one NATS
+// message and back.
 //
 // The format is versioned, compact and binary. Every frame starts with a
-// three-byte header and an item count:
+// header:
 //
 //	0xAF        magic, so that a stray message on an ackflow subject is refused
 //	Version     one byte; a frame of another version is refused with ErrVersion
-//	Kind        one byte: KindData, KindAck or KindNotice
+//	Kind        one byte: KindData, KindAck, KindNotice or KindLink
+//	Src         varint: the sending task
+//	Epoch, Seq  uvarints: the sender's epoch and the frame's sequence number
 //	uvarint     number of items
 //
 // followed by the items, with no padding and nothing after the last one.
@@ -18,10 +21,16 @@
 //	        bytes), anchor count uvarint, anchors (Tree u64, Val u64),
 //	        value count uvarint, values
 //	value   tag byte, then: nil, false, true: nothing; int64: varint;
-//	        float64: IEEE 754 bits u64; string, []byte: uvarint length,
-//	        bytes; list: uvarint count, values (lists nest at most MaxDepth)
-//	ack     Type byte, Tree u64, Val u64, Task varint
-//	notice  Type byte, Tree u64
+//	        uint64: uvarint; float64: IEEE 754 bits u64; string, []byte:
+//	        uvarint length, bytes; list ([]any): uvarint count, values;
+//	        map (map[string]any): uvarint count, entries (key as uvarint
+//	        length and bytes, then a value), written in key order; a key
+//	        given twice is refused. Lists and maps together nest at most
+//	        MaxDepth deep.
+//	ack     Type byte, Tree u64, Val u64, Task varint, Err (uvarint length,
+//	        at most MaxErrLen bytes)
+//	notice  Type byte, Tree u64, Task varint, Err (as in ack)
+//	link    Type byte, Epoch uvarint, Seq uvarint, Count uvarint
 //
 // DecodeFrame never panics and bounds every count by the bytes that remain,
 // so a corrupt or truncated message costs an error, never a crash or a huge

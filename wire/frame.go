@@ -2,7 +2,10 @@ package wire
 
 // Version is the frame format version written by this build. A frame whose
 // version byte differs is refused with ErrVersion.
-const Version = 1
+//
+// Version 2 added uint64 and map values, the Err of acker messages, the Task
+// and Err of notices, and link frames.
+const Version = 2
 
 // Kind says what a frame carries.
 type Kind uint8
@@ -15,6 +18,9 @@ const (
 	// KindNotice carries acker verdicts (tree complete or failed) to the tasks
 	// that asked to hear about a tree.
 	KindNotice Kind = 3
+	// KindLink carries transport control between two tasks: the loss
+	// detection and retransmission requests of LinkMsg.
+	KindLink Kind = 4
 )
 
 // Anchor ties a record to one tree: Tree is the tree (root attempt) ID, Val
@@ -32,7 +38,7 @@ type Record struct {
 	SrcTask int32    // task that emitted it
 	Epoch   uint64   // fencing epoch of the emitting task's owner
 	Anchors []Anchor // empty when the record is not tracked
-	Values  []any    // string, []byte, int64, float64, bool, nil or []any of those
+	Values  []any    // string, []byte, bool, nil, int64, uint64, float64, or []any and map[string]any of those
 }
 
 // AckType is the type of an acker message.
@@ -45,12 +51,20 @@ const (
 	AckReset AckType = 4 // reset tree Tree's timeout
 )
 
+// MaxErrLen is the most bytes of AckMsg.Err and Notice.Err a frame carries.
+// The reason a tree failed is for people and logs; the limit keeps one
+// verbose error from bloating every ack batch it travels in.
+const MaxErrLen = 1024
+
 // AckMsg is one message to an acker task.
 type AckMsg struct {
 	Type AckType
 	Tree uint64
 	Val  uint64
 	Task int32
+	// Err is the reason a FAIL was sent, empty for the other types.
+	// AppendFrame cuts one longer than MaxErrLen.
+	Err string
 }
 
 // NoticeType is the acker's verdict on a tree.
@@ -68,6 +82,34 @@ const (
 type Notice struct {
 	Type NoticeType
 	Tree uint64
+	// Task is the task that failed the tree, -1 when unknown.
+	Task int32
+	// Err is the reason the tree failed. AppendFrame cuts one longer than
+	// MaxErrLen.
+	Err string
+}
+
+// LinkType says what a LinkMsg reports.
+type LinkType uint8
+
+const (
+	// LinkHWM: the frame's sender tells the receiver that the frames it
+	// sent to it in epoch Epoch go up to sequence number Seq, so that a
+	// receiver can notice a lost last frame. Count is 0.
+	LinkHWM LinkType = 1
+	// LinkNack: the frame's sender (a receiver of data) asks the task the
+	// frame is addressed to to send again its frames of epoch Epoch with
+	// sequence numbers Seq .. Seq+Count-1, which never arrived.
+	LinkNack LinkType = 2
+)
+
+// LinkMsg is one transport control message between two tasks, about the
+// frames (Frame.Epoch, Frame.Seq) of the data flowing between them.
+type LinkMsg struct {
+	Type  LinkType
+	Epoch uint64
+	Seq   uint64
+	Count uint64
 }
 
 // Frame is one NATS message: a batch of one kind, addressed to one task.
@@ -86,6 +128,7 @@ type Frame struct {
 	Records []Record
 	Acks    []AckMsg
 	Notices []Notice
+	Links   []LinkMsg
 }
 
 // Len is the number of items the frame carries.
@@ -97,6 +140,8 @@ func (f *Frame) Len() int {
 		return len(f.Acks)
 	case KindNotice:
 		return len(f.Notices)
+	case KindLink:
+		return len(f.Links)
 	}
 	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -11,21 +12,10 @@ import (
 // and whatever it accepts must survive encode and decode unchanged, so that
 // a frame a worker forwards or logs reads the same downstream.
 func FuzzDecodeFrame(f *testing.F) {
-	for _, fr := range []*Frame{
-		richData(), richAcks(), richNotices(), wordCount(3),
-		{Kind: KindData}, {Kind: KindAck}, {Kind: KindNotice},
-		{Kind: KindData, Records: []Record{{Values: []any{math.NaN(), nested(MaxDepth)}}}},
-	} {
+	for _, fr := range fuzzSeeds() {
 		f.Add(mustEncode(f, fr))
 	}
-	for _, garbage := range [][]byte{
-		nil,
-		{magic},
-		{magic, Version, byte(KindData), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
-		{magic, Version, byte(KindAck), 0, 0, 0, 1, 0, 0},
-		[]byte(`{"kind":"data"}`),
-		bytes.Repeat([]byte{tagList, 1}, 20),
-	} {
+	for _, garbage := range fuzzGarbage() {
 		f.Add(garbage)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -62,11 +52,61 @@ func FuzzDecodeFrame(f *testing.F) {
 	})
 }
 
+// fuzzSeeds are well-formed frames of every kind, using every value tag.
+func fuzzSeeds() []*Frame {
+	return []*Frame{
+		richData(), richAcks(), richNotices(), richLinks(), wordCount(3), acks(3),
+		{Kind: KindData}, {Kind: KindAck}, {Kind: KindNotice}, {Kind: KindLink},
+		{Kind: KindData, Records: []Record{{Values: []any{math.NaN(), nested(MaxDepth)}}}},
+		{Kind: KindData, Records: []Record{{Values: []any{
+			map[string]any{"nan": math.NaN(), "u": uint64(math.MaxUint64), "l": []any{map[string]any{}}},
+			nestedMix(MaxDepth), uint64(300),
+		}}}},
+		{Kind: KindAck, Acks: []AckMsg{{Type: AckFail, Tree: 7, Task: 2, Err: strings.Repeat("é", MaxErrLen)}}},
+		{Kind: KindNotice, Notices: []Notice{{Type: NoticeFailed, Tree: 7, Task: -1, Err: strings.Repeat("x", MaxErrLen)}}},
+		{Kind: KindLink, Src: 3, Epoch: 2, Seq: 9, Links: []LinkMsg{{Type: LinkNack, Epoch: 2, Seq: 5, Count: 3}, {Type: LinkHWM, Epoch: 2, Seq: 8}}},
+	}
+}
+
+// fuzzGarbage are frames that DecodeFrame refuses, each just past one of
+// its checks.
+func fuzzGarbage() [][]byte {
+	// hdr is a header with src 0, epoch 0 and seq 0, then rest.
+	hdr := func(kind Kind, rest ...byte) []byte {
+		return append([]byte{magic, Version, byte(kind), 0, 0, 0}, rest...)
+	}
+	// value is a data frame whose one record holds one value.
+	value := func(v ...byte) []byte {
+		return hdr(KindData, append([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, v...)...)
+	}
+	longErr := append([]byte{1, byte(AckFail), 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0x81, 0x08}, bytes.Repeat([]byte{'e'}, MaxErrLen+1)...)
+	return [][]byte{
+		nil,
+		{magic},
+		{magic, 1, byte(KindData), 0, 0, 0, 0},
+		{magic, Version + 1, byte(KindData), 0, 0, 0, 0},
+		hdr(KindData, 0xff, 0xff, 0xff, 0xff, 0x0f),
+		hdr(KindAck, 1, 0, 0),
+		hdr(5, 0),
+		[]byte(`{"kind":"data"}`),
+		bytes.Repeat([]byte{tagList, 1}, 20),
+		bytes.Repeat([]byte{tagMap, 1, 0}, 20),
+		value(append(bytes.Repeat([]byte{tagMap, 1, 1, 'k'}, MaxDepth+1), tagNil)...),
+		value(tagMap, 2, 1, 'a', tagNil, 1, 'a', tagNil),
+		value(tagMap, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, tagNil),
+		value(tagUint, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02),
+		value(10),
+		hdr(KindAck, longErr...),
+		hdr(KindLink, 1, 3, 0, 0, 0),
+		hdr(KindLink, 1, byte(LinkNack), 1, 1, 0),
+	}
+}
+
 // sameFrame is reflect.DeepEqual except that floats compare by their bits,
 // so that a NaN equals itself.
 func sameFrame(a, b *Frame) bool {
-	if a.Kind != b.Kind || len(a.Records) != len(b.Records) ||
-		!reflect.DeepEqual(a.Acks, b.Acks) || !reflect.DeepEqual(a.Notices, b.Notices) {
+	if a.Kind != b.Kind || a.Src != b.Src || a.Epoch != b.Epoch || a.Seq != b.Seq || len(a.Records) != len(b.Records) ||
+		!reflect.DeepEqual(a.Acks, b.Acks) || !reflect.DeepEqual(a.Notices, b.Notices) || !reflect.DeepEqual(a.Links, b.Links) {
 		return false
 	}
 	for i := range a.Records {
@@ -91,6 +131,17 @@ func sameValue(a, b any) bool {
 		}
 		for i := range a {
 			if !sameValue(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) || (a == nil) != (b == nil) {
+			return false
+		}
+		for k, v := range a {
+			if w, ok := b[k]; !ok || !sameValue(v, w) {
 				return false
 			}
 		}

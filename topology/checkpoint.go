@@ -1,0 +1,47 @@
+package topology
+
+// Checkpoints (DESIGN.md section 8). At every checkpoint the runtime pauses
+// the spouts, waits until no tree is in flight, and snapshots every task:
+// each spout's source position, each stateful bolt's state (its keyed State,
+// and Snapshot for bolts that implement Stateful), and the runtime's own
+// bookkeeping. After a failure that loses state, every task goes back to the
+// latest complete checkpoint and the spouts seek back to its positions.
+
+// Positioned is implemented by spouts whose source can be rewound: a file
+// (byte offset), a JetStream stream (stream sequence), a generator (the next
+// index). Checkpoints need it: a spout without it cannot rewind, and the
+// runtime refuses checkpoints (and so exactly-once) for its topology with an
+// error that names it.
+type Positioned interface {
+	// Position returns where the source stands: every record emitted so far
+	// comes before it, nothing after it has been emitted. The runtime calls
+	// it between calls to Next, while the spout is paused for a checkpoint.
+	Position() ([]byte, error)
+	// Seek moves the source to a position Position returned. The runtime
+	// calls it after Open and before the first Next when the task restarts
+	// from a checkpoint.
+	Seek(position []byte) error
+}
+
+// Transactional is implemented by sink bolts that deliver their outputs in
+// transactions committed with the checkpoints (a two-phase commit, as
+// Flink's TwoPhaseCommitSinkFunction): exactly-once delivery to a system
+// that cannot drop duplicates itself, such as a file. Outputs received
+// after the last checkpoint are discarded when the run goes back to it, and
+// produced again by the replay.
+type Transactional interface {
+	// PreCommit ends the transaction of everything received since the
+	// previous checkpoint and makes it durable but not yet visible: it must
+	// survive a crash of the process. The runtime calls it when it
+	// snapshots the bolt for checkpoint epoch.
+	PreCommit(epoch uint64) error
+	// Commit makes the transactions of epoch and every earlier one visible.
+	// The runtime calls it once checkpoint epoch is complete, and may call
+	// it again for the same epoch: it must be idempotent.
+	Commit(epoch uint64) error
+	// Recover is called after Prepare (and Restore) when the task starts,
+	// with the epoch of the checkpoint the run starts from (0 when there is
+	// none): pending transactions up to epoch are committed, later ones
+	// discarded.
+	Recover(epoch uint64) error
+}
