@@ -26,6 +26,18 @@ type Config struct {
 	MaxPayload int32
 	// Logging sends the server's own log lines to stderr.
 	Logging bool
+	// MaxPending, when positive, is how many bytes the server may queue
+	// for one client before it calls it a slow consumer and closes its
+	// connection (NATS's max_pending, 64 MiB by default): tests use a
+	// small one to cause slow-consumer events.
+	MaxPending int64
+	// User and Password, when set, are the one user clients must log in
+	// as; Token, when set, is the token they must present instead.
+	User, Password, Token string
+	// TLSCert and TLSKey, when set, make the server require TLS with this
+	// certificate; TLSCA, with them, makes it also require and verify
+	// client certificates signed by that CA.
+	TLSCert, TLSKey, TLSCA string
 }
 
 // Server is a running embedded NATS server.
@@ -62,9 +74,13 @@ func Start(cfg Config) (*Server, error) {
 		MaxPayload: cfg.MaxPayload,
 		JetStream:  !cfg.NoJetStream,
 		StoreDir:   cfg.StoreDir,
+		MaxPending: cfg.MaxPending,
 	}
 	if opts.MaxPayload == 0 {
 		opts.MaxPayload = DefaultMaxPayload
+	}
+	if err := secure(opts, cfg); err != nil {
+		return nil, err
 	}
 	if port == 0 {
 		opts.Port = server.RANDOM_PORT
@@ -93,6 +109,29 @@ func Start(cfg Config) (*Server, error) {
 	}
 	s.ns = ns
 	return s, nil
+}
+
+// secure sets the server's authentication and TLS from cfg.
+func secure(opts *server.Options, cfg Config) error {
+	if (cfg.User == "") != (cfg.Password == "") {
+		return errors.New("embednats: give a user and a password together")
+	}
+	if cfg.User != "" && cfg.Token != "" {
+		return errors.New("embednats: give a user and password or a token, not both")
+	}
+	opts.Username, opts.Password, opts.Authorization = cfg.User, cfg.Password, cfg.Token
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") || cfg.TLSCA != "" && cfg.TLSCert == "" {
+		return errors.New("embednats: give a TLS certificate and its key together (and a client CA only with them)")
+	}
+	if cfg.TLSCert == "" {
+		return nil
+	}
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey, CaFile: cfg.TLSCA, Verify: cfg.TLSCA != ""})
+	if err != nil {
+		return fmt.Errorf("embednats: TLS: %w", err)
+	}
+	opts.TLSConfig, opts.TLS, opts.TLSVerify, opts.TLSTimeout = tc, true, cfg.TLSCA != "", 2
+	return nil
 }
 
 // URL is the client URL, e.g. nats://127.0.0.1:4222.

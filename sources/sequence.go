@@ -2,13 +2,17 @@ package sources
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ackflow/ackflow/topology"
 )
 
+var _ topology.Positioned = (*Sequence)(nil)
+
 // Sequence emits Make(i) for i = 0..N-1 on Stream, with message ID offset i.
 // With several tasks, task k of p emits the i with i mod p == k, so the
-// component as a whole emits each i once.
+// component as a whole emits each i once. Its position is the next i, so a
+// checkpoint can rewind it (topology.Positioned).
 type Sequence struct {
 	N      int64
 	Make   func(i int64) topology.Values
@@ -16,8 +20,8 @@ type Sequence struct {
 	// PerNext is how many records one Next emits (default 256).
 	PerNext int
 
-	next, step int64
-	out        topology.SpoutCollector
+	next, step, index int64
+	out               topology.SpoutCollector
 }
 
 // NewSequence returns a factory for the builder.
@@ -28,7 +32,8 @@ func NewSequence(n int64, make func(i int64) topology.Values) func() topology.Sp
 // Open starts at the task's first position.
 func (s *Sequence) Open(tc topology.TaskContext, out topology.SpoutCollector) error {
 	s.out = out
-	s.next, s.step = int64(tc.Index), int64(max(tc.Parallelism, 1))
+	s.index, s.step = int64(tc.Index), int64(max(tc.Parallelism, 1))
+	s.next = s.index
 	if s.Stream == "" {
 		s.Stream = topology.DefaultStream
 	}
@@ -47,6 +52,25 @@ func (s *Sequence) Next(context.Context) error {
 		s.out.EmitTo(s.Stream, topology.MsgID{Offset: s.next}, s.Make(s.next))
 		s.next += s.step
 	}
+	return nil
+}
+
+// Position is the next i to emit, as a uvarint.
+func (s *Sequence) Position() ([]byte, error) { return encodePosition(uint64(s.next)), nil }
+
+// Seek continues from a position Position returned. The position must be
+// one of this task's indexes: another one means the checkpoint was taken
+// with a different parallelism, and continuing from it would emit indexes
+// that belong to another task.
+func (s *Sequence) Seek(position []byte) error {
+	next, err := decodePosition(position, "sequence index", maxOffset)
+	if err != nil {
+		return err
+	}
+	if int64(next)%s.step != s.index {
+		return fmt.Errorf("sources: sequence position %d is not an index of task %d of %d (i mod %d == %d); was the checkpoint taken with another parallelism?", next, s.index, s.step, s.step, s.index)
+	}
+	s.next = int64(next)
 	return nil
 }
 
