@@ -13,4 +13,11 @@
 //
 // Runs use an embedded NATS server and several logical workers, so records
 // cross NATS exactly as in `ackflow run`.
+//
+// sink.StatefulBolt makes the sink a stateful bolt, with the runtime's
+// dedup in front of it: at-least-once, it then receives every record once.
+// sink.FailFirst(p) makes it fail the first delivery of a fraction of the
+// records, a source of replays that loss recovery does not hide, and chaos
+// Fail does the same in every bolt. Records the runtime gives up on are in
+// the summary's DeadLetters.
 package flowtest

@@ -45,7 +45,7 @@ func TestSinkSeesEverythingUnderChaos(t *testing.T) {
 	sum, err := flowtest.Run(context.Background(), build(t, n, sink), flowtest.Options{
 		Guarantee: workers.AtLeastOnce,
 		Workers:   3,
-		Chaos:     chaos.Config{Drop: 0.05, Dup: 0.02, Reorder: 0.1, Seed: 3},
+		Chaos:     chaos.Config{Drop: 0.05, Dup: 0.02, Reorder: 0.1, Fail: 0.01, Seed: 3},
 		Configure: func(c *workers.Config) { c.BatchSize = 64 },
 	})
 	if err != nil {
@@ -84,7 +84,7 @@ func TestIDsAreStableAcrossReplays(t *testing.T) {
 		return m
 	}
 	clean := ids(chaos.Config{})
-	chaotic := ids(chaos.Config{Drop: 0.1, Seed: 11})
+	chaotic := ids(chaos.Config{Drop: 0.1, Fail: 0.05, Seed: 11})
 	for v, id := range clean {
 		if chaotic[v] != id {
 			t.Fatalf("value %d: ID %x without chaos, %x with replays", v, id, chaotic[v])

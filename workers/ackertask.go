@@ -25,9 +25,8 @@ func (a *ackerExec) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case f := <-a.ctrl:
-			a.handle(f)
-			drainFrames(a.ctrl, a.handle)
+		case <-a.ctrl.ready:
+			a.ctrl.drain(a.handle)
 			a.out.flush()
 		case <-rotate.C:
 			a.verdicts = a.tracker.Tick(a.verdicts[:0])
@@ -35,12 +34,17 @@ func (a *ackerExec) run(ctx context.Context) {
 			a.out.flush()
 		case now := <-linger.C:
 			a.r.held[a.info.id].Store(int64(a.out.poll(now)))
+			a.linkTick(now)
 		}
 	}
 }
 
 func (a *ackerExec) handle(f *wire.Frame) {
 	if !a.admit(f) {
+		return
+	}
+	if f.Kind == wire.KindLink {
+		a.onLink(f)
 		return
 	}
 	for _, m := range f.Acks {
@@ -59,7 +63,11 @@ func (a *ackerExec) publish() {
 			a.r.tc.badFrames.Add(1)
 			continue
 		}
-		a.out.addNotice(st, wire.Notice{Type: v.Type, Tree: v.Tree})
+		n := wire.Notice{Type: v.Type, Tree: v.Tree, Task: -1}
+		if v.Type == wire.NoticeFailed {
+			n.Task, n.Err = v.Failer, v.Err
+		}
+		a.out.addNotice(st, n)
 		if v.Type != wire.NoticeComplete || v.Holders == 0 {
 			continue // logs are kept through failures: the replay re-emits them
 		}
@@ -67,7 +75,7 @@ func (a *ackerExec) publish() {
 		// with a real holder gets a notice it ignores.
 		for _, h := range a.r.plan.holders {
 			if v.Holders&(1<<(uint(h)%64)) != 0 {
-				a.out.addNotice(h, wire.Notice{Type: wire.NoticeComplete, Tree: v.Tree})
+				a.out.addNotice(h, wire.Notice{Type: wire.NoticeComplete, Tree: v.Tree, Task: -1})
 			}
 		}
 	}

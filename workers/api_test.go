@@ -138,7 +138,7 @@ func TestSelfReplayingSpoutGetsFailAndNoReplay(t *testing.T) {
 	const n = 3000
 	var mu sync.Mutex
 	acked, failed := map[int64]int{}, map[int64]int{}
-	sink := flowtest.NewSink()
+	sink := flowtest.NewSink().FailFirst(0.05)
 	topo := numbersTopology(t, "selfreplay", func() topology.Spout {
 		return &selfReplaying{numbers: numbers{n: n}, mu: &mu, acked: acked, faild: failed}
 	}, func() topology.Bolt { return &pass{} }, sink)
@@ -155,7 +155,7 @@ func TestSelfReplayingSpoutGetsFailAndNoReplay(t *testing.T) {
 		t.Fatalf("the runtime replayed %d records of a self-replaying spout", sum.Component("numbers").Replayed)
 	}
 	if len(failed) == 0 {
-		t.Fatal("no Fail reached the spout although frames were dropped")
+		t.Fatal("no Fail reached the spout although the sink failed records")
 	}
 	for i := int64(0); i < n; i++ {
 		if acked[i]+failed[i] != 1 {

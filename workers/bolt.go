@@ -2,7 +2,11 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/ackflow/ackflow/dedup"
@@ -30,6 +34,24 @@ type boltExec struct {
 	now        time.Time               // of the frame being processed
 	lastExpire time.Time
 	slab       []wire.Anchor // slab children's anchors are carved from
+
+	// Inputs the bolt holds after Execute returned (it acks them later),
+	// and replays of them that arrived meanwhile: only a completed input is
+	// a duplicate (DESIGN.md section 6), so a replay waits for its original
+	// to be acked (then it is a duplicate) or failed (then it runs again).
+	// Basic bolts ack in Execute and never use these. Stateful bolts only.
+	held   map[uint64]*topology.Tuple
+	parked map[uint64][]*topology.Tuple
+	ready  []*topology.Tuple // released replays, dispatched after the current input
+
+	// The window of the capacity gauge (with metrics): when it began and
+	// the busy time then.
+	winStart time.Time
+	winBusy  int64
+
+	chaos   *rand.Rand // chaos fail=: nil unless this bolt injects failures
+	flusher bool       // the bolt implements topology.Flusher
+	ordered []*wire.Frame
 }
 
 // input is a stream a bolt subscribes to.
@@ -40,12 +62,19 @@ type input struct {
 
 func newBoltExec(b base) *boltExec {
 	be := &boltExec{base: b, bolt: b.info.comp.BoltFn(), now: time.Now(), lastExpire: time.Now()}
+	be.winStart, be.winBusy = be.now, b.cnt.busy.Load()
 	plan := b.r.plan
 	if plan.logs(b.info.id) {
 		// Both configs were validated with the run's Config.
 		be.log, _ = upstreambackup.New(b.r.cfg.Log)
 		be.filter, _ = dedup.New(b.r.cfg.Dedup)
+		be.held = map[uint64]*topology.Tuple{}
+		be.parked = map[uint64][]*topology.Tuple{}
 	}
+	if c := b.r.cfg.Chaos; c.Fail > 0 && (len(b.r.cfg.ChaosComponents) == 0 || slices.Contains(b.r.cfg.ChaosComponents, b.info.name)) {
+		be.chaos = rand.New(rand.NewPCG(c.Seed, uint64(b.info.id)*0x9e3779b97f4a7c15+2))
+	}
+	_, be.flusher = topology.Unwrap(be.bolt).(topology.Flusher)
 	be.inputs = make([][]input, len(plan.tasks))
 	for _, sub := range b.info.comp.Inputs {
 		schema := plan.topo.Component(sub.Source).Streams[sub.Stream]
@@ -58,7 +87,7 @@ func newBoltExec(b base) *boltExec {
 
 func (b *boltExec) run(ctx context.Context) {
 	if err := b.prepare(); err != nil {
-		b.r.abort(err)
+		b.startFailed(ctx, err)
 		return
 	}
 	linger := time.NewTicker(b.r.cfg.Linger)
@@ -74,23 +103,68 @@ func (b *boltExec) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case f := <-b.data:
-			if b.admit(f) {
-				b.process(f)
-			}
-		case f := <-b.ctrl:
-			if b.admit(f) {
-				b.onNotices(f)
-			}
+			b.onData(f)
+		case <-b.ctrl.ready:
+			b.ctrl.drain(b.onCtrl)
+		case <-b.sys.ready:
+			b.sys.drain(b.onSys)
 		case <-tick:
 			b.tick()
 		case now := <-linger.C:
+			if b.flusher {
+				b.flushUser()
+				b.runReady()
+			}
 			b.r.held[b.info.id].Store(int64(b.out.poll(now)))
+			b.linkTick(now)
+			b.processFrames()
 			b.expire(now)
+			b.window(now)
 			continue
 		}
 		if len(b.data) == 0 {
 			b.out.flush()
 		}
+	}
+}
+
+// startFailed ends the run when a task cannot start, unless its worker is
+// being stopped (a crash while the task started is not the task's fault:
+// its replacement starts again).
+func (b *base) startFailed(ctx context.Context, err error) {
+	if ctx.Err() == nil {
+		b.r.abort(err)
+	}
+}
+
+// onData takes a frame from the data inbox: records, in each sender's
+// order, and high-water marks.
+func (b *boltExec) onData(f *wire.Frame) {
+	if !b.admit(f) {
+		return
+	}
+	if f.Kind == wire.KindLink {
+		b.onLink(f)
+		return
+	}
+	b.ordered = b.ff.inOrder(f, b.ordered[:0])
+	b.processFrames()
+}
+
+// processFrames processes the frames in b.ordered and those a gap given
+// up on released.
+func (b *boltExec) processFrames() {
+	b.ordered = b.ff.released(b.ordered)
+	for i, f := range b.ordered {
+		b.process(f)
+		b.ordered[i] = nil
+	}
+	b.ordered = b.ordered[:0]
+	if n := b.ff.droppedRecords; n > 0 {
+		// Frames held from a sender that restarted: its trees were failed
+		// and replayed; the records are accounted as done.
+		b.ff.droppedRecords = 0
+		b.r.tc.doneRecords.Add(int64(n))
 	}
 }
 
@@ -103,13 +177,18 @@ func (b *boltExec) prepare() (err error) {
 	if err := b.bolt.Prepare(b.tc, b); err != nil {
 		return fmt.Errorf("workers: bolt %s task %d: Prepare: %w", b.info.name, b.info.id, err)
 	}
-	return nil
+	return b.restore()
 }
 
 func (b *boltExec) process(f *wire.Frame) {
 	plan := b.r.plan
-	if b.log != nil {
-		b.now = time.Now()
+	timed := b.cnt.execute != nil
+	var start time.Time
+	if b.log != nil || timed {
+		// With metrics, a frame is timed as a whole: two clock readings
+		// per frame rather than per record.
+		start = time.Now()
+		b.now = start
 	}
 	for i := range f.Records {
 		rec := &f.Records[i]
@@ -117,7 +196,6 @@ func (b *boltExec) process(f *wire.Frame) {
 		if schema == nil {
 			// Only a forged or corrupt frame gets here: emits are checked.
 			b.r.tc.badFrames.Add(1)
-			b.r.tc.doneRecords.Add(1)
 			continue
 		}
 		src := &plan.tasks[rec.SrcTask]
@@ -132,21 +210,111 @@ func (b *boltExec) process(f *wire.Frame) {
 		if b.track {
 			t.Tracking().Anchors = rec.Anchors
 		}
-		if b.filter != nil && len(t.Tracking().Anchors) > 0 {
-			switch b.filter.Check(t.ID, b.log.Has) {
-			case dedup.Duplicate:
-				b.reemit(t)
-				b.r.tc.doneRecords.Add(1)
-				continue
-			case dedup.Suspect:
-				b.cc.suspects.Add(1)
-			}
-		}
-		b.execute(t)
-		b.r.tc.doneRecords.Add(1)
+		b.dispatch(t)
+		b.runReady()
 	}
+	// Once per frame: every task adds to this counter, and an atomic add
+	// per record made the cores fight over its cache line.
+	b.r.tc.doneRecords.Add(int64(len(f.Records)))
 	if b.log != nil {
 		b.gauges()
+	}
+	if timed {
+		d := time.Since(start)
+		b.cnt.execute.ObserveN(d, len(f.Records))
+		b.cnt.busy.Add(int64(d))
+	}
+	if !b.r.cfg.Chaos.Enabled() {
+		putRecords(f.Records) // see recordSlabs
+		f.Records = nil
+	}
+}
+
+// capacityWindow is how far back the capacity gauge looks.
+const capacityWindow = time.Second
+
+// window updates, once per capacityWindow, the gauges metrics read that
+// cost too much to keep per record: the task's capacity (the busy
+// fraction of the window) and its dedup filter's fill and estimated
+// false-positive rate.
+func (b *boltExec) window(now time.Time) {
+	if b.cnt.execute == nil || now.Sub(b.winStart) < capacityWindow {
+		return
+	}
+	busy := b.cnt.busy.Load()
+	b.cnt.capacity.Store(math.Float64bits(min(1, float64(busy-b.winBusy)/float64(now.Sub(b.winStart)))))
+	b.winStart, b.winBusy = now, busy
+	if b.filter != nil {
+		st := b.filter.Stats()
+		b.cnt.bloomFill.Store(math.Float64bits(st.FillRatio))
+		b.cnt.bloomFP.Store(math.Float64bits(st.EstimatedFPRate))
+	}
+}
+
+// dispatch runs one input through dedup and, unless it is a confirmed
+// duplicate, user code.
+func (b *boltExec) dispatch(t *topology.Tuple) {
+	if b.chaos != nil && len(t.Tracking().Anchors) > 0 && b.chaos.Float64() < b.r.cfg.Chaos.Fail {
+		b.injectFailure(t)
+		return
+	}
+	tracked := b.filter != nil && len(t.Tracking().Anchors) > 0
+	if tracked {
+		if len(b.held) > 0 && b.held[t.ID] != nil {
+			b.parked[t.ID] = append(b.parked[t.ID], t)
+			b.cnt.parked.Add(1)
+			return
+		}
+		switch b.filter.Check(t.ID, b.log.Has) {
+		case dedup.Duplicate:
+			b.reemit(t)
+			return
+		case dedup.Suspect:
+			if b.log.Tombstones() > 0 && b.log.Failed(t.ID) {
+				b.cnt.reexecuted.Add(1)
+			} else {
+				b.cnt.suspects.Add(1)
+			}
+		}
+	}
+	b.execute(t)
+	if tracked && !t.Tracking().Done {
+		b.held[t.ID] = t
+	}
+}
+
+// injectFailure fails t as a transient error would, before user code
+// runs and before dedup sees it (chaos fail=): its tree replays.
+func (b *boltExec) injectFailure(t *topology.Tuple) {
+	tr := t.Tracking()
+	tr.Done = true
+	b.cnt.failed.Add(1)
+	b.r.chaosCnt.InputsFailed.Add(1)
+	for _, a := range tr.Anchors {
+		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckFail, Tree: a.Tree, Task: int32(b.info.id), Err: "chaos: injected failure"})
+	}
+}
+
+// runReady dispatches the replays released by acks and fails of held
+// inputs. It runs after user code returns, never inside it.
+func (b *boltExec) runReady() {
+	for len(b.ready) > 0 {
+		t := b.ready[0]
+		b.ready = b.ready[1:]
+		b.dispatch(t)
+	}
+}
+
+// release ends the hold on in, if it was held, and readies its parked
+// replays: after an ack they are duplicates, after a fail they run again.
+func (b *boltExec) release(in *topology.Tuple) {
+	if len(b.held) == 0 || b.held[in.ID] != in {
+		return
+	}
+	delete(b.held, in.ID)
+	if p := b.parked[in.ID]; len(p) > 0 {
+		b.ready = append(b.ready, p...)
+		delete(b.parked, in.ID)
 	}
 }
 
@@ -156,18 +324,24 @@ func (b *boltExec) process(f *wire.Frame) {
 // downstream that missed the first copy, while this task's state changes
 // once.
 func (b *boltExec) reemit(t *topology.Tuple) {
-	b.cc.dupDropped.Add(1)
+	b.cnt.dupDropped.Add(1)
 	outs, _ := b.log.Outputs(t.ID)
 	b.one[0] = t
 	for _, o := range outs {
 		rec := o.Rec
 		rec.Epoch = b.w.incarnation
 		rec.Anchors = b.anchorChild(b.one[:])
-		b.out.addRecord(int(o.Dst), rec, valuesSize(rec.Values))
+		b.out.addRecord(int(o.Dst), rec, recordOverhead+anchorBytes*len(rec.Anchors)+wireSize(rec.Values))
 	}
 	b.one[0] = nil
-	b.cc.reemitted.Add(int64(len(outs)))
+	b.cnt.reemitted.Add(int64(len(outs)))
 	b.Ack(t)
+}
+
+// wireSize is the frame bytes of values already normalised at their emit.
+func wireSize(values []any) int {
+	n, _ := topology.NormalizeValues(values)
+	return n
 }
 
 // gauges publishes the log's size for flow control and the end-of-run check.
@@ -175,11 +349,13 @@ func (b *boltExec) gauges() {
 	n := int64(b.log.Len())
 	b.r.logLen[b.info.id].Store(n)
 	b.r.logFull[b.info.id].Store(b.log.Full())
-	if n > b.cc.logPeak.Load() {
-		b.cc.logPeak.Store(n)
+	if n > b.cnt.logPeak.Load() {
+		b.cnt.logPeak.Store(n)
 	}
-	if nb := b.log.Bytes(); nb > b.cc.logBytes.Load() {
-		b.cc.logBytes.Store(nb)
+	nb := b.log.Bytes()
+	b.cnt.logSize.Store(nb)
+	if nb > b.cnt.logBytes.Load() {
+		b.cnt.logBytes.Store(nb)
 	}
 }
 
@@ -200,7 +376,7 @@ func (b *boltExec) expire(now time.Time) {
 		if outputs == 0 {
 			b.filter.Completed(input)
 		}
-		b.cc.expired.Add(1)
+		b.cnt.expired.Add(1)
 	})
 	b.gauges()
 }
@@ -236,16 +412,16 @@ func (b *boltExec) subscribed(rec *wire.Record) *topology.Schema {
 }
 
 func (b *boltExec) execute(t *topology.Tuple) {
-	b.cc.executed.Add(1)
+	b.cnt.executed.Add(1)
 	b.cur = t
 	defer func() {
 		b.cur = nil
 		if p := recover(); p != nil {
-			b.cc.panics.Add(1)
+			b.cnt.panics.Add(1)
 			if b.panics++; b.panics <= 10 {
 				b.tc.Logger.Error().Interface("panic", p).Uint64("record", t.ID).Msg("Execute panicked; failing the input (logged for the first 10 panics of a task)")
 			}
-			b.Fail(t)
+			b.FailWith(t, fmt.Errorf("panic in %s.Execute: %v", b.info.name, p))
 		}
 	}()
 	b.bolt.Execute(t)
@@ -259,12 +435,21 @@ func (b *boltExec) tick() {
 		Schema: topology.NewSchema(),
 	}
 	b.execute(t)
+	b.runReady()
 }
 
-// onNotices trims the output log: a completed tree proves that everything
-// logged for it was processed downstream. The trimmed inputs move to the
-// filter's exact ring, which still confirms a late replay of them.
-func (b *boltExec) onNotices(f *wire.Frame) {
+// onCtrl handles notices and link frames. A completed tree proves that
+// everything logged for it was processed downstream: its entries are
+// trimmed, and the trimmed inputs move to the filter's exact ring, which
+// still confirms a late replay of them.
+func (b *boltExec) onCtrl(f *wire.Frame) {
+	if !b.admit(f) {
+		return
+	}
+	if f.Kind == wire.KindLink {
+		b.onLink(f)
+		return
+	}
 	if b.log == nil {
 		return
 	}
@@ -276,25 +461,36 @@ func (b *boltExec) onNotices(f *wire.Frame) {
 	b.gauges()
 }
 
-func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topology.Tuple, values topology.Values, direct int) {
-	so := b.stream(stream, values)
+func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topology.Tuple, values topology.Values, direct int) error {
+	so, size, err := b.check(stream, values, direct >= 0)
+	if err == nil && direct >= 0 {
+		if b.dsts, err = directTargets(b.dsts[:0], so, direct); err != nil {
+			b.cnt.emitErrors.Add(1)
+			err = fmt.Errorf("%w: %s (task %d) on stream %q: %w", ErrEmitRefused, b.info.name, b.info.id, stream, err)
+		}
+	}
+	if err != nil {
+		b.refused(anchors, err)
+		return err
+	}
 	switch {
 	case hasID:
 	case len(anchors) > 0 && anchors[0] != nil:
 		a := anchors[0].Tracking()
-		id = topology.ChildID(anchors[0].ID, so.key, a.Emitted)
+		id = topology.ChildID(anchors[0].ID, topology.TaskKey(so.key, b.info.index), a.Emitted)
 		a.Emitted++
 	case b.cur != nil:
 		c := b.cur.Tracking()
-		id = topology.ChildID(b.cur.ID, so.key, c.Emitted)
+		id = topology.ChildID(b.cur.ID, topology.TaskKey(so.key, b.info.index), c.Emitted)
 		c.Emitted++
 	default:
 		id = b.edge()
 	}
-	b.cc.emitted.Add(1)
+	b.cnt.emitted.Add(1)
 	rec := wire.Record{ID: id, Stream: stream, SrcTask: int32(b.info.id), Epoch: b.w.incarnation, Values: values}
-	size := valuesSize(values)
-	b.dsts = targets(b.dsts[:0], so, values, b.w.slot, direct, b.rng)
+	if direct < 0 {
+		b.dsts = targets(b.dsts[:0], so, id, values, b.w.slot)
+	}
 	logging := b.log != nil && len(anchors) > 0 && anchors[0] != nil && len(anchors[0].Tracking().Anchors) > 0
 	b.logged = b.logged[:0]
 	for _, d := range b.dsts {
@@ -305,10 +501,22 @@ func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topolog
 		if b.track {
 			rec.Anchors = b.anchorChild(anchors)
 		}
-		b.out.addRecord(d, rec, size)
+		b.out.addRecord(d, rec, size+anchorBytes*len(rec.Anchors))
 	}
 	if logging {
-		b.log.Append(anchors[0].ID, b.treesOf(anchors[0]), b.logged, size*len(b.logged), b.now)
+		b.log.Append(anchors[0].ID, b.treesOf(anchors[0]), b.logged, memSize(size, len(values))*len(b.logged), b.now)
+	}
+	return nil
+}
+
+// refused remembers a refused emit on its anchors: acking them fails them
+// with err instead, so the output that was not sent is replayed or
+// dead-lettered, never silently lost.
+func (b *boltExec) refused(anchors []*topology.Tuple, err error) {
+	for _, a := range anchors {
+		if a != nil && a.Tracking().EmitErr == nil {
+			a.Tracking().EmitErr = err
+		}
 	}
 }
 
@@ -355,29 +563,33 @@ func (b *boltExec) anchorChild(anchors []*topology.Tuple) []wire.Anchor {
 }
 
 // Emit implements topology.Collector.
-func (b *boltExec) Emit(anchor *topology.Tuple, values topology.Values) {
+func (b *boltExec) Emit(anchor *topology.Tuple, values topology.Values) error {
 	b.one[0] = anchor
 	anchors := b.one[:]
 	if anchor == nil {
 		anchors = nil
 	}
-	b.emit(topology.DefaultStream, false, 0, anchors, values, -1)
+	err := b.emit(topology.DefaultStream, false, 0, anchors, values, -1)
 	b.one[0] = nil
+	return err
 }
 
 // EmitTo implements topology.Collector.
-func (b *boltExec) EmitTo(stream string, anchors []*topology.Tuple, values topology.Values) {
-	b.emit(stream, false, 0, anchors, values, -1)
+func (b *boltExec) EmitTo(stream string, anchors []*topology.Tuple, values topology.Values) error {
+	return b.emit(stream, false, 0, anchors, values, -1)
 }
 
 // EmitWithID implements topology.Collector.
-func (b *boltExec) EmitWithID(stream string, id uint64, anchors []*topology.Tuple, values topology.Values) {
-	b.emit(stream, true, id, anchors, values, -1)
+func (b *boltExec) EmitWithID(stream string, id uint64, anchors []*topology.Tuple, values topology.Values) error {
+	return b.emit(stream, true, id, anchors, values, -1)
 }
 
 // EmitDirect implements topology.Collector.
-func (b *boltExec) EmitDirect(task int, stream string, anchors []*topology.Tuple, values topology.Values) {
-	b.emit(stream, false, 0, anchors, values, task)
+func (b *boltExec) EmitDirect(task int, stream string, anchors []*topology.Tuple, values topology.Values) error {
+	if task < 0 {
+		task = len(b.r.plan.tasks) // never a task: refused with the list of valid ones
+	}
+	return b.emit(stream, false, 0, anchors, values, task)
 }
 
 // Ack implements topology.Collector.
@@ -386,8 +598,12 @@ func (b *boltExec) Ack(in *topology.Tuple) {
 	if tr.Done {
 		return
 	}
+	if tr.EmitErr != nil {
+		b.FailWith(in, tr.EmitErr)
+		return
+	}
 	tr.Done = true
-	b.cc.acked.Add(1)
+	b.cnt.acked.Add(1)
 	holder := int32(-1)
 	switch {
 	case b.log == nil || len(tr.Anchors) == 0:
@@ -401,24 +617,45 @@ func (b *boltExec) Ack(in *topology.Tuple) {
 		// recognised: the filter's exact ring is enough, and no log entry,
 		// holder registration or completion notice is needed. (Word count's
 		// count bolt goes this way for every input.)
+		if b.log.Tombstones() > 0 {
+			b.log.Remove(in.ID) // it failed before: the tombstone is obsolete
+		}
 		b.filter.Completed(in.ID)
 	}
 	for _, a := range tr.Anchors {
 		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckAck, Tree: a.Tree, Val: a.Val ^ tr.AckVal, Task: holder})
 	}
+	b.release(in)
 }
 
 // Fail implements topology.Collector.
-func (b *boltExec) Fail(in *topology.Tuple) {
+func (b *boltExec) Fail(in *topology.Tuple) { b.FailWith(in, nil) }
+
+// FailWith implements topology.Collector. A stateful bolt's log entry for
+// the input becomes a tombstone: what it emitted before failing proves
+// nothing, so the replay runs user code again, and the outputs it emits
+// again carry the same IDs, which dedup downstream recognises.
+func (b *boltExec) FailWith(in *topology.Tuple, reason error) {
 	tr := in.Tracking()
 	if tr.Done {
 		return
 	}
 	tr.Done = true
-	b.cc.failed.Add(1)
-	for _, a := range tr.Anchors {
-		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckFail, Tree: a.Tree, Task: -1})
+	b.cnt.failed.Add(1)
+	if b.log != nil && len(tr.Anchors) > 0 {
+		b.log.Discard(in.ID, b.now)
 	}
+	why := "failed by " + b.info.name
+	if reason != nil {
+		why = reason.Error()
+		if !errors.Is(reason, ErrEmitRefused) {
+			why = b.info.name + ": " + why
+		}
+	}
+	for _, a := range tr.Anchors {
+		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckFail, Tree: a.Tree, Task: int32(b.info.id), Err: why})
+	}
+	b.release(in)
 }
 
 // ResetTimeout implements topology.Collector.
@@ -434,11 +671,21 @@ func (b *boltExec) stop(graceful bool) {
 	}
 	if b.filter != nil {
 		st := b.filter.Stats()
-		maxFloat(&b.cc.fillBits, st.FillRatio)
-		maxFloat(&b.cc.fpBits, st.EstimatedFPRate)
+		maxFloat(&b.cnt.fillBits, st.FillRatio)
+		maxFloat(&b.cnt.fpBits, st.EstimatedFPRate)
 	}
 	b.out.flush()
-	if err := b.bolt.Cleanup(); err != nil {
+	if err := b.cleanup(); err != nil {
 		b.tc.Logger.Warn().Err(err).Msg("bolt Cleanup failed")
 	}
+}
+
+// cleanup runs Cleanup, turning a panic into an error.
+func (b *boltExec) cleanup() (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic in %s.Cleanup: %v", b.info.name, p)
+		}
+	}()
+	return b.bolt.Cleanup()
 }

@@ -9,6 +9,22 @@
 // cross NATS. A bounded run (spouts that return topology.ErrExhausted) ends
 // when every spout is exhausted and everything in flight is processed.
 //
-// Lock ordering: no executor holds a lock while it sends; Worker.mu guards
-// the task table and is never held across a NATS call.
+// RunNode runs a worker process of a cluster (DESIGN.md section 7): it joins
+// the membership in JetStream KV (package cluster), runs its tasks of the
+// current generation of every submitted topology it has (JoinGeneration,
+// member.go), and, where it wins the election, leads the topology: it
+// writes new generations when workers die or join or the parallelism
+// changes, begins them and takes their checkpoints (lead.go, leader.go).
+// Every task of a generation starts from the same checkpoint, and frames of
+// other generations are dropped.
+//
+// Nothing is dropped without a trace (DESIGN.md 6b). Emits are checked and
+// their values normalised (topology.Values); a refused emit returns an error
+// wrapping ErrEmitRefused. Lost frames are found from sequence numbers and
+// senders' high-water marks and resent (link.go). Control messages have a
+// mailbox that never drops (queue.go). Replays back off, and a root that
+// fails Config.MaxAttempts times goes to Config.DeadLetters.
+//
+// Lock ordering: no executor holds a lock while it sends; a mailbox's mutex
+// guards only its slice and is never held while a frame is handled.
 package workers

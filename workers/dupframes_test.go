@@ -1,13 +1,18 @@
 package workers
 
 import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ackflow/ackflow/wire"
 )
 
 func TestFrameFilter(t *testing.T) {
-	ff := newFrameFilter(4)
+	ff := newFrameFilter(4, 1, false, nil)
 	fr := func(src int32, epoch, seq uint64) *wire.Frame { return &wire.Frame{Src: src, Epoch: epoch, Seq: seq} }
 	steps := []struct {
 		f      *wire.Frame
@@ -38,7 +43,7 @@ func TestFrameFilter(t *testing.T) {
 }
 
 func TestFrameFilterSlidingWindow(t *testing.T) {
-	ff := newFrameFilter(1)
+	ff := newFrameFilter(1, 1, false, nil)
 	for s := uint64(1); s <= 5000; s++ {
 		if !ff.admit(&wire.Frame{Epoch: 1, Seq: s}, true) {
 			t.Fatalf("seq %d refused", s)
@@ -46,5 +51,188 @@ func TestFrameFilterSlidingWindow(t *testing.T) {
 		if s > 10 && ff.admit(&wire.Frame{Epoch: 1, Seq: s - 10}, true) {
 			t.Fatalf("duplicate of seq %d admitted", s-10)
 		}
+	}
+}
+
+func TestFrameFilterFindsGapsAndLostLastFrames(t *testing.T) {
+	cfg := lossConfig{grace: 10 * time.Millisecond, renack: 30 * time.Millisecond, maxNacks: 2}
+	t0 := time.Unix(1000, 0)
+	ff := newFrameFilter(4, 1, true, nil)
+	admit := func(src int32, seq uint64) {
+		t.Helper()
+		if !ff.admit(&wire.Frame{Src: src, Epoch: 1, Seq: seq}, false) {
+			t.Fatalf("frame %d/%d refused", src, seq)
+		}
+	}
+	run := func(at time.Duration) (lossCounts, []nack) {
+		var out []nack
+		c := ff.check(t0.Add(at), cfg, func(src int32, msgs []wire.LinkMsg) {
+			out = append(out, nack{src, append([]wire.LinkMsg(nil), msgs...)})
+		})
+		return c, out
+	}
+	admit(1, 1)
+	admit(1, 2)
+	admit(1, 5) // 3 and 4 missing
+	admit(2, 2) // a first receiver incarnation: frame 1 of sender 2 is missing too
+	ff.hwm(3, 1, 2)
+	if _, out := run(0); len(out) != 0 {
+		t.Fatalf("NACKed before the grace period: %+v", out)
+	}
+	admit(1, 4) // reordered, not lost
+	_, out := run(10 * time.Millisecond)
+	want := []nack{
+		{1, []wire.LinkMsg{{Type: wire.LinkNack, Epoch: 1, Seq: 3, Count: 1}}},
+		{2, []wire.LinkMsg{{Type: wire.LinkNack, Epoch: 1, Seq: 1, Count: 1}}},
+		{3, []wire.LinkMsg{{Type: wire.LinkNack, Epoch: 1, Seq: 1, Count: 2}}},
+	}
+	if !reflect.DeepEqual(sortNacks(out), want) {
+		t.Fatalf("NACKs %+v, want %+v", out, want)
+	}
+	if _, out := run(20 * time.Millisecond); len(out) != 0 {
+		t.Fatalf("NACKed again before renack: %+v", out)
+	}
+	admit(1, 3)
+	admit(2, 1)
+	_, out = run(40 * time.Millisecond)
+	if len(out) != 1 || out[0].src != 3 {
+		t.Fatalf("after the resends only sender 3 still misses frames; NACKs %+v", out)
+	}
+	c, out := run(80 * time.Millisecond)
+	if len(out) != 0 || c.givenUp != 2 {
+		t.Fatalf("after maxNacks the gap is given up: NACKs %+v, given up %d", out, c.givenUp)
+	}
+	if _, out := run(200 * time.Millisecond); len(out) != 0 || len(ff.open) != 0 {
+		t.Fatalf("a given-up gap stays open: %+v, open %v", out, ff.open)
+	}
+	// A high-water mark that nothing is missing below opens no gap.
+	ff.hwm(1, 1, 5)
+	if _, out := run(300 * time.Millisecond); len(out) != 0 {
+		t.Fatalf("NACKs %+v for a complete sender", out)
+	}
+}
+
+// TestRestartedReceiverDoesNotAskForOldFrames: a receiver that is a new
+// incarnation of its worker meets senders mid-sequence; the frames before
+// were meant for the incarnation that died.
+func TestRestartedReceiverDoesNotAskForOldFrames(t *testing.T) {
+	ff := newFrameFilter(2, 2, true, func(int32) uint64 { return 1 })
+	ff.admit(&wire.Frame{Src: 0, Epoch: 1, Seq: 40}, false)
+	ff.hwm(1, 1, 70)
+	if len(ff.open) != 0 {
+		t.Fatalf("a restarted receiver watches senders %v", ff.open)
+	}
+	// A sender that restarts starts over at 1; its first frames can be
+	// asked for.
+	ff.admit(&wire.Frame{Src: 0, Epoch: 2, Seq: 3}, false)
+	var msgs []wire.LinkMsg
+	ff.check(time.Unix(0, 0), lossConfig{maxNacks: 1}, func(_ int32, m []wire.LinkMsg) { msgs = append(msgs, m...) })
+	ff.check(time.Unix(1, 0), lossConfig{maxNacks: 1}, func(_ int32, m []wire.LinkMsg) { msgs = append(msgs, m...) })
+	if len(msgs) != 1 || msgs[0].Seq != 1 || msgs[0].Count != 2 || msgs[0].Epoch != 2 {
+		t.Fatalf("NACKs %+v, want frames 1-2 of epoch 2", msgs)
+	}
+}
+
+func TestResendBufferKeepsTheNewestFrames(t *testing.T) {
+	b := newResendBuffer(1000, false)
+	frame := func(dst int, seq uint64) []byte {
+		return []byte(fmt.Sprintf("%d/%03d:%s", dst, seq, strings.Repeat("x", 40)))
+	}
+	for seq := uint64(1); seq <= 100; seq++ {
+		for dst := 0; dst < 2; dst++ {
+			b.keepBytes(dst, seq, frame(dst, seq), time.Unix(0, 0))
+		}
+	}
+	if len(b.ring) != 1000 {
+		t.Fatalf("ring of %d bytes, want 1000", len(b.ring))
+	}
+	kept := 0
+	for seq := uint64(1); seq <= 100; seq++ {
+		for dst := 0; dst < 2; dst++ {
+			f := b.find(dst, seq)
+			if f == nil {
+				continue
+			}
+			kept++
+			if got := string(b.encoding(f)); got != string(frame(dst, seq)) {
+				t.Fatalf("frame %d/%d reads back as %q", dst, seq, got)
+			}
+		}
+	}
+	// 46-byte frames: 21 fit in 1000 bytes, the newest.
+	if kept != 21 || b.find(1, 100) == nil || b.find(0, 91) == nil || b.find(0, 90) != nil {
+		t.Fatalf("%d frames kept; newest %v", kept, b.find(1, 100) != nil)
+	}
+	enc := frame(0, 101)
+	b.keepBytes(0, 101, enc, time.Unix(0, 0))
+	enc[0] = 'X'
+	if f := b.find(0, 101); f == nil || b.encoding(f)[0] != '0' {
+		t.Fatal("keepBytes must keep a copy")
+	}
+	b.keepBytes(0, 102, make([]byte, 2000), time.Unix(0, 0))
+	if b.find(0, 102) != nil {
+		t.Fatal("a frame larger than the ring is kept")
+	}
+}
+
+// TestResendRingGrowsWithTraffic: the ring starts small and doubles only
+// when it would evict a frame younger than resendKeepFor, so a task that
+// publishes little keeps a small ring however long it runs, and a busy one
+// grows to the limit; frames survive the moves.
+func TestResendRingGrowsWithTraffic(t *testing.T) {
+	enc := func(seq uint64) []byte { return []byte(fmt.Sprintf("%06d%s", seq, strings.Repeat("y", 994))) }
+	slow := newResendBuffer(8<<20, false)
+	at := time.Unix(1000, 0)
+	for seq := uint64(1); seq <= 2000; seq++ {
+		slow.keepBytes(0, seq, enc(seq), at)
+		at = at.Add(100 * time.Millisecond) // 10 KB/s
+	}
+	if len(slow.ring) != minResendRing {
+		t.Fatalf("a task publishing 10 KB/s has a ring of %d bytes, want %d", len(slow.ring), minResendRing)
+	}
+	busy := newResendBuffer(1<<20, false)
+	for seq := uint64(1); seq <= 2000; seq++ {
+		busy.keepBytes(0, seq, enc(seq), at) // 2 MB in no time
+	}
+	if len(busy.ring) != 1<<20 {
+		t.Fatalf("a busy task has a ring of %d bytes, want the limit %d", len(busy.ring), 1<<20)
+	}
+	for _, b := range []*resendBuffer{slow, busy} {
+		newest := b.find(0, 2000)
+		if newest == nil || string(b.encoding(newest)) != string(enc(2000)) {
+			t.Fatal("the newest frame does not read back after the ring grew")
+		}
+		for i := b.head; i < len(b.sent); i++ {
+			s := &b.sent[i]
+			if string(b.encoding(s)) != string(enc(s.seq)) {
+				t.Fatalf("frame %d reads back wrong after the ring grew", s.seq)
+			}
+		}
+	}
+}
+
+type nack struct {
+	src  int32
+	msgs []wire.LinkMsg
+}
+
+func sortNacks(ns []nack) []nack {
+	sort.Slice(ns, func(i, j int) bool { return ns[i].src < ns[j].src })
+	return ns
+}
+
+// TestRestartedReceiverAsksNewSendersForEverything: after a rollback every
+// worker restarts; a sender of a later incarnation than the receiver knew
+// at its start started after it, so its first frames were meant for this
+// receiver and a lost one is asked for.
+func TestRestartedReceiverAsksNewSendersForEverything(t *testing.T) {
+	ff := newFrameFilter(2, 2, true, func(int32) uint64 { return 1 })
+	ff.admit(&wire.Frame{Src: 1, Epoch: 2, Seq: 5}, false)
+	var msgs []wire.LinkMsg
+	for _, at := range []int64{0, 1} {
+		ff.check(time.Unix(at, 0), lossConfig{maxNacks: 1}, func(_ int32, m []wire.LinkMsg) { msgs = append(msgs, m...) })
+	}
+	if len(msgs) != 1 || msgs[0].Seq != 1 || msgs[0].Count != 4 {
+		t.Fatalf("NACKs %+v, want frames 1-4", msgs)
 	}
 }

@@ -2,8 +2,10 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/ackflow/ackflow/acker"
 	"github.com/ackflow/ackflow/topology"
@@ -13,34 +15,47 @@ import (
 // base is what every executor shares: identity, counters, outbox, RNG.
 type base struct {
 	*task
-	r     *run
-	out   *outbox
-	cc    *componentCounters
-	rng   *rand.Rand
-	tc    topology.TaskContext
-	outs  map[string]*streamOut
-	dsts  []int // scratch for targets
-	ff    *frameFilter
-	track bool // at-least-once: anchors and acker messages
+	r         *run
+	out       *outbox
+	cnt       *taskCounters
+	rng       *rand.Rand
+	tc        topology.TaskContext
+	outs      map[string]*streamOut
+	lastOut   *streamOut // the stream of the last emit, found without the map
+	dsts      []int      // scratch for targets
+	ff        *frameFilter
+	track     bool // at-least-once: anchors and acker messages
+	lastCheck time.Time
 }
 
 func newBase(ctx context.Context, t *task) base {
 	r := t.w.r
+	track := r.cfg.Guarantee != AtMostOnce
 	b := base{
 		task:  t,
 		r:     r,
 		out:   newOutbox(ctx, t.w, t.info.id),
 		rng:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		track: r.cfg.Guarantee != AtMostOnce,
-		ff:    newFrameFilter(len(r.plan.tasks)),
+		track: track,
+		ff:    newFrameFilter(len(r.plan.tasks), t.w.incarnation, track, t.w.knownEpoch),
 	}
 	if t.info.comp != nil {
-		b.cc = r.comps[t.info.name]
+		b.cnt = r.counters[t.info.id]
 		b.outs = r.plan.outs[t.info.name]
 		b.tc = topology.TaskContext{
 			Topology: r.plan.topo.Name, Component: t.info.name, Task: t.info.id,
 			Index: t.info.index, Parallelism: t.info.parallelism, Worker: t.w.slot,
-			Logger: r.log.With().Str("component", t.info.name).Int("task", t.info.id).Logger(),
+			Logger:          r.log.With().Str("component", t.info.name).Int("task", t.info.id).Logger(),
+			ComponentTasks:  r.componentTasks,
+			Guarantee:       r.cfg.Guarantee.String(),
+			MessageTimeout:  r.cfg.MessageTimeout,
+			CheckpointEvery: r.cfg.checkpointEvery(),
+			Context:         ctx,
+			NATSURL:         r.url,
+			NATSOptions:     r.cfg.NATSOptions,
+		}
+		if t.info.comp.Keyed {
+			b.tc.State = topology.NewState(r.plan.topo.KeyGroups)
 		}
 	}
 	return b
@@ -66,18 +81,49 @@ func (b *base) edge() uint64 {
 	}
 }
 
-// stream resolves an emit's stream and checks the values against its
-// declaration; a mismatch is a bug in the topology, reported by panicking
-// with a message that says how to fix it.
-func (b *base) stream(name string, values topology.Values) *streamOut {
-	so := b.outs[name]
-	if so == nil {
-		panic(fmt.Sprintf("ackflow: %s emits on stream %q, which it does not declare; declare it with .Stream(%q, fields...) or .Outputs(fields...)", b.info.name, name, name))
+// ErrEmitRefused wraps every error an emit returns: the record was not sent.
+var ErrEmitRefused = errors.New("ackflow: emit refused")
+
+// check resolves an emit's stream and checks and normalises its values
+// (topology.Values). It returns the stream and the record's bytes in a
+// frame, or an error wrapping ErrEmitRefused that names the component,
+// stream and field and says what to do.
+func (b *base) check(name string, values topology.Values, direct bool) (*streamOut, int, error) {
+	// Most components emit on one stream: a string compare (the same
+	// string, usually) instead of a map lookup per record.
+	so := b.lastOut
+	if so == nil || so.name != name {
+		so = b.outs[name]
+		b.lastOut = so
 	}
-	if len(values) != so.schema.Len() {
-		panic(fmt.Sprintf("ackflow: %s emits %d values on stream %q, which declares %d fields %q", b.info.name, len(values), name, so.schema.Len(), so.schema.Names()))
+	var err error
+	size := 0
+	switch {
+	case so == nil:
+		err = fmt.Errorf("the stream is not declared; declare it with .Stream(%q, fields...) or .Outputs(fields...)", name)
+	case len(values) != so.schema.Len():
+		err = fmt.Errorf("%d values for the %d declared fields %q", len(values), so.schema.Len(), so.schema.Names())
+	case so.direct && !direct:
+		err = errors.New("the stream is subscribed with Direct grouping; send with EmitDirect")
+	case !so.direct && direct && len(so.routes) > 0:
+		err = errors.New("EmitDirect on a stream whose subscribers do not use the Direct grouping; use Emit")
+	default:
+		size, err = topology.NormalizeValues(values)
+		var ve *topology.ValueError
+		if errors.As(err, &ve) {
+			ve.Name = so.schema.Names()[ve.Field]
+		}
+		if err == nil && size+recordOverhead > b.w.recordLimit {
+			err = fmt.Errorf("the record takes %d bytes, more than a frame can carry (%d, the NATS server's max_payload less headroom); split it or raise max_payload", size, b.w.recordLimit-recordOverhead)
+		}
 	}
-	return so
+	if err != nil {
+		b.cnt.emitErrors.Add(1)
+		err = fmt.Errorf("%w: %s (task %d) on stream %q: %w", ErrEmitRefused, b.info.name, b.info.id, name, err)
+		b.r.warn.Error().Err(err).Msg("emit refused")
+		return nil, 0, err
+	}
+	return so, size + recordOverhead, nil
 }
 
 func newExecutor(ctx context.Context, t *task) (executor, error) {
@@ -93,16 +139,4 @@ func newExecutor(ctx context.Context, t *task) (executor, error) {
 		return newSpoutExec(b), nil
 	}
 	return newBoltExec(b), nil
-}
-
-// drainFrames hands every frame already waiting in ch to fn without blocking.
-func drainFrames(ch chan *wire.Frame, fn func(*wire.Frame)) {
-	for {
-		select {
-		case f := <-ch:
-			fn(f)
-		default:
-			return
-		}
-	}
 }

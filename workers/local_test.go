@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -217,22 +218,62 @@ func TestPanickingBoltFailsInputAndReplays(t *testing.T) {
 	exactlyOnceEach(t, sink, n)
 }
 
-func TestEmitOnUndeclaredStreamIsReported(t *testing.T) {
+// refusing emits on an undeclared stream and keeps the errors it gets.
+type refusing struct {
+	numbers
+	errs []error
+}
+
+func (r *refusing) Next(context.Context) error {
+	if r.next >= r.n {
+		return topology.ErrExhausted
+	}
+	r.errs = append(r.errs, r.out.EmitTo("wrong", topology.MsgID{Offset: r.next}, topology.Values{r.next}))
+	r.next++
+	return nil
+}
+
+func TestEmitOnUndeclaredStreamIsRefusedAndDeadLettered(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	sink := flowtest.NewSink()
-	topo := numbersTopology(t, "bad", func() topology.Spout { return &numbers{n: 10, stream: "wrong"} },
-		func() topology.Bolt { return &pass{} }, sink)
-	_, err := flowtest.Run(context.Background(), topo, flowtest.Options{Timeout: 20 * time.Second})
-	if err == nil || !strings.Contains(err.Error(), `stream "wrong"`) {
-		t.Fatalf("want an error naming the undeclared stream, got %v", err)
+	var spouts []*refusing
+	topo := numbersTopology(t, "bad", func() topology.Spout {
+		r := &refusing{numbers: numbers{n: 10}}
+		spouts = append(spouts, r)
+		return r
+	}, func() topology.Bolt { return &pass{} }, sink)
+	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{Guarantee: workers.AtLeastOnce, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spouts) != 1 || len(spouts[0].errs) != 10 {
+		t.Fatalf("spouts %d", len(spouts))
+	}
+	for _, err := range spouts[0].errs {
+		if !errors.Is(err, workers.ErrEmitRefused) || !strings.Contains(err.Error(), `stream "wrong"`) || !strings.Contains(err.Error(), "numbers") {
+			t.Fatalf("want an error naming the component and the undeclared stream, got %v", err)
+		}
+	}
+	if c := sum.Component("numbers"); c.EmitErrors != 10 || c.DeadLettered != 10 || len(sum.DeadLetters) != 10 {
+		t.Fatalf("emit errors %d, dead-lettered %d, letters %d; want 10 each", c.EmitErrors, c.DeadLettered, len(sum.DeadLetters))
+	}
+	if l := sum.DeadLetters[0]; !strings.Contains(l.Error, `stream "wrong"`) || l.Values[0] != int64(l.Offset) {
+		t.Fatalf("dead letter %+v", l)
 	}
 }
 
-func TestUnavailableGuaranteeIsRefused(t *testing.T) {
-	cfg := workers.DefaultConfig()
-	cfg.Guarantee = workers.ExactlyOnce
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "exactly-once") {
-		t.Fatalf("exactly-once must be refused until checkpoints exist, got %v", err)
+func TestConfigRefusesWhatCannotWork(t *testing.T) {
+	for name, edit := range map[string]func(*workers.Config){
+		"checkpoints at-most-once":   func(c *workers.Config) { c.Guarantee, c.CheckpointEvery = workers.AtMostOnce, time.Second },
+		"exactly-once without dedup": func(c *workers.Config) { c.Guarantee, c.NoDedup = workers.ExactlyOnce, true },
+		"resume without a store":     func(c *workers.Config) { c.Guarantee, c.Resume = workers.ExactlyOnce, true },
+		"unknown guarantee":          func(c *workers.Config) { c.Guarantee = 7 },
+	} {
+		cfg := workers.DefaultConfig()
+		edit(&cfg)
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 	if _, err := workers.ParseGuarantee("maybe-once"); err == nil {
 		t.Fatal("unknown guarantee accepted")

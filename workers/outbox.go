@@ -18,7 +18,8 @@ type outbox struct {
 	ctx  context.Context
 	w    *Worker
 	src  int
-	size int // records per batch
+	size int           // records per batch
+	cnt  *taskCounters // the source task's; nil for ackers, which send no records
 
 	recs      [][]wire.Record
 	recBytes  []int
@@ -30,18 +31,44 @@ type outbox struct {
 	enc       []byte
 	lastFlush time.Time
 	seq       []uint64 // frames sent per destination
+
+	// Loss recovery (at-least-once): frames kept for resending, and the
+	// destinations that still get high-water marks.
+	resend     *resendBuffer // nil in at-most-once mode
+	probes     []uint8       // per destination: high-water marks sent since its last frame
+	probeDue   []time.Time   // per destination: when the next high-water mark is due
+	probing    []int         // destinations with probes < maxProbes
+	lastProbe  time.Time
+	failed     []failedRecord // records whose frame could not be sent, failed after the flush
+	batchBytes int            // the byte bound of one frame
+}
+
+// failedRecord is a tree to fail because a frame carrying it could not be
+// encoded or published.
+type failedRecord struct {
+	tree uint64
+	err  string
 }
 
 func newOutbox(ctx context.Context, w *Worker, src int) *outbox {
 	n := len(w.r.plan.tasks)
 	o := &outbox{
-		ctx: ctx, w: w, src: src, size: w.r.cfg.BatchSize,
+		ctx: ctx, w: w, src: src, size: w.r.cfg.BatchSize, cnt: w.r.counters[src],
 		recs: make([][]wire.Record, n), recBytes: make([]int, n),
 		acks: make([][]wire.AckMsg, n), notices: make([][]wire.Notice, n),
 		isDirty: make([]bool, n), lastFlush: time.Now(), seq: make([]uint64, n),
+		batchBytes: min(maxBatchBytes, w.recordLimit),
 	}
 	if w.r.cfg.Chaos.Enabled() && (len(w.r.cfg.ChaosComponents) == 0 || slices.Contains(w.r.cfg.ChaosComponents, w.r.plan.tasks[src].name)) {
 		o.link = chaos.NewLink(w.r.cfg.Chaos, src, o.transmit, &w.r.chaosCnt)
+	}
+	if w.r.cfg.Guarantee != AtMostOnce {
+		o.resend = newResendBuffer(w.r.cfg.RetransmitBytes, w.r.cfg.Chaos.Enabled())
+		o.probes = make([]uint8, n)
+		o.probeDue = make([]time.Time, n)
+		for i := range o.probes {
+			o.probes[i] = notProbing
+		}
 	}
 	return o
 }
@@ -53,11 +80,16 @@ func (o *outbox) mark(dst int) {
 	}
 }
 
+// addRecord queues rec for dst; size is its bytes in a frame. A record that
+// would push the batch past the frame's byte bound goes into the next frame.
 func (o *outbox) addRecord(dst int, rec wire.Record, size int) {
+	if len(o.recs[dst]) > 0 && o.recBytes[dst]+size > o.batchBytes {
+		o.flushRecords(dst)
+	}
 	o.recs[dst] = append(o.recs[dst], rec)
 	o.recBytes[dst] += size
 	o.mark(dst)
-	if len(o.recs[dst]) >= o.size || o.recBytes[dst] >= maxBatchBytes {
+	if len(o.recs[dst]) >= o.size || o.recBytes[dst] >= o.batchBytes {
 		o.flushRecords(dst)
 	}
 }
@@ -84,7 +116,7 @@ func (o *outbox) flushRecords(dst int) {
 	}
 	f := &wire.Frame{Kind: wire.KindData, Records: o.recs[dst]}
 	// The frame now belongs to the receiver: start a fresh buffer.
-	o.recs[dst] = make([]wire.Record, 0, min(o.size, 2*len(f.Records)))
+	o.recs[dst] = getRecords(min(o.size, 2*len(f.Records)))
 	o.recBytes[dst] = 0
 	o.send(dst, f)
 }
@@ -118,6 +150,9 @@ func (o *outbox) flush() {
 	}
 	o.dirty = o.dirty[:0]
 	o.lastFlush = time.Now()
+	if len(o.failed) > 0 {
+		o.failTrees()
+	}
 }
 
 // poll flushes partial batches older than the linger and releases frames
@@ -135,6 +170,17 @@ func (o *outbox) poll(now time.Time) int {
 func (o *outbox) send(dst int, f *wire.Frame) {
 	o.seq[dst]++
 	f.Src, f.Epoch, f.Seq = int32(o.src), o.w.incarnation, o.seq[dst]
+	if o.resend != nil {
+		if o.resend.keepFrames {
+			o.resend.keepFrame(dst, f)
+		}
+		o.probeAgain(dst)
+	}
+	o.deliver(dst, f)
+}
+
+// deliver hands f to chaos, if any, or to the transport.
+func (o *outbox) deliver(dst int, f *wire.Frame) {
 	if o.link != nil {
 		o.link.Send(dst, f)
 		o.w.r.held[o.src].Store(int64(o.link.Waiting()))
@@ -153,37 +199,77 @@ func (o *outbox) transmit(dst int, f *wire.Frame) {
 			if f.Kind == wire.KindData {
 				r.tc.sentRecords.Add(n)
 				r.tc.localRecords.Add(n)
-				select {
-				case t.data <- f:
-				case <-o.ctx.Done():
-					r.tc.discardedRecords.Add(n)
-				}
-				return
 			}
-			select {
-			case t.ctrl <- f:
-			default:
-				r.tc.ctrlDropped.Add(1)
-			}
+			t.enqueue(f, o.ctx, func() { r.tc.discardedRecords.Add(n) })
 			return
 		}
 	}
-	var err error
-	o.enc, err = wire.AppendFrame(o.enc[:0], f)
+	enc, err := wire.AppendFrame(o.enc[:0], f)
 	if err != nil {
-		// Values were checked at emit time; this is a bug, not bad input.
-		r.log.Error().Err(err).Int("task", o.src).Msg("cannot encode a frame; dropping it")
-		r.tc.publishErrors.Add(1)
+		// Values are normalised and checked at emit, so this is a bug; the
+		// records' trees fail rather than vanish.
+		o.undeliverable(f, "cannot encode the frame: "+err.Error())
 		return
 	}
-	if err := o.w.nc.Publish(r.subjects[dst], o.enc); err != nil {
-		r.tc.publishErrors.Add(1)
+	o.enc = enc
+	if err := o.w.nc.Publish(r.subjects[dst], enc); err != nil {
+		o.undeliverable(f, "cannot publish the frame: "+err.Error())
 		return
+	}
+	if o.resend != nil && !o.resend.keepFrames && f.Seq != 0 {
+		o.resend.keepBytes(dst, f.Seq, enc, time.Now())
 	}
 	if f.Kind == wire.KindData {
 		r.tc.sentRecords.Add(n)
 		r.tc.natsRecordsOut.Add(n)
+		if o.cnt != nil {
+			o.cnt.transferred.Add(n)
+		}
+		if !r.cfg.Chaos.Enabled() {
+			// Encoded and published: nothing reads the records again.
+			putRecords(f.Records)
+			f.Records = nil
+		}
 	}
 	r.tc.natsMsgsOut.Add(1)
-	r.tc.natsBytesOut.Add(int64(len(o.enc)))
+	r.tc.natsBytesOut.Add(int64(len(enc)))
+}
+
+// undeliverable accounts for a frame that cannot be sent: counted, logged,
+// and its records' trees failed so that the spouts replay them at once.
+func (o *outbox) undeliverable(f *wire.Frame, why string) {
+	r := o.w.r
+	r.tc.publishErrors.Add(1)
+	if !o.w.crashed.Load() {
+		// A crashed worker's connection is closed on purpose: its
+		// frames go nowhere, and its state is restored elsewhere.
+		r.warn.Error().Int("task", o.src).Str("kind", f.Kind.String()).Int("items", f.Len()).Msg(why)
+	}
+	if f.Kind != wire.KindData || o.resend == nil {
+		r.tc.discardedRecords.Add(int64(len(f.Records)))
+		return
+	}
+	for _, rec := range f.Records {
+		for _, a := range rec.Anchors {
+			o.failed = append(o.failed, failedRecord{tree: a.Tree, err: why})
+		}
+	}
+	r.tc.discardedRecords.Add(int64(len(f.Records)))
+}
+
+// failTrees sends FAIL for the trees of records that could not be sent. It
+// runs after a flush, never inside one, because it queues acker messages.
+func (o *outbox) failTrees() {
+	failed := o.failed
+	o.failed = nil
+	for _, fr := range failed {
+		o.addAck(o.w.r.plan.ackerFor(fr.tree), wire.AckMsg{Type: wire.AckFail, Tree: fr.tree, Task: int32(o.src), Err: fr.err})
+	}
+}
+
+// sendLink sends transport control messages to dst. Link frames carry no
+// sequence number: they are idempotent, and a lost one is sent again.
+func (o *outbox) sendLink(dst int, msgs []wire.LinkMsg) {
+	f := &wire.Frame{Kind: wire.KindLink, Src: int32(o.src), Epoch: o.w.incarnation, Links: slices.Clone(msgs)}
+	o.deliver(dst, f)
 }

@@ -19,16 +19,19 @@ type taskInfo struct {
 	name        string
 	index       int
 	parallelism int
-	stateful    bool // a spout, or a bolt implementing topology.Stateful
+	stateful    bool // a spout, a keyed bolt, or a bolt implementing topology.Stateful or Transactional
+	tx          bool // a bolt implementing topology.Transactional
+	own         bool // a bolt implementing topology.Stateful (state only it can split)
 }
 
 // route is one subscription of a stream: the tasks a record may go to.
 type route struct {
-	grouping topology.GroupingKind
-	fieldIdx []int
-	tasks    []int
-	byWorker map[int][]int // tasks per worker slot, for local-or-shuffle
-	schema   *topology.Schema
+	grouping  topology.GroupingKind
+	fieldIdx  []int
+	keyGroups int // the topology's, for Fields grouping
+	tasks     []int
+	byWorker  map[int][]int // tasks per worker slot, for local-or-shuffle
+	schema    *topology.Schema
 }
 
 // streamOut is everything a component needs to emit on one stream.
@@ -37,26 +40,31 @@ type streamOut struct {
 	key    uint64 // topology.StreamKey(component, stream)
 	schema *topology.Schema
 	routes []route
+	direct bool // every subscriber uses the Direct grouping (the builder forbids mixing)
 }
 
 // plan is the static layout of a run: tasks, their workers and routes.
 type plan struct {
 	topo      *topology.Topology
 	tasks     []taskInfo
-	compTasks map[string][]int
+	compTasks map[string][]int // component -> task IDs in index order; read-only once built
 	ackers    []int
 	assign    []int // task -> worker slot
 	workers   int
 	outs      map[string]map[string]*streamOut // component -> stream -> routes
-	crashable []int                            // worker slots that hold no stateful task
+	crashable []int                            // worker slots crash chaos may crash
+	stateless []int                            // worker slots that hold no stateful task
 	holders   []int                            // tasks that keep output logs (stateful bolts with dedup)
 }
 
 func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 	p := &plan{topo: topo, compTasks: map[string][]int{}, workers: cfg.Workers, outs: map[string]map[string]*streamOut{}}
-	for name := range cfg.Parallelism {
+	for name, n := range cfg.Parallelism {
 		if topo.Component(name) == nil {
 			return nil, fmt.Errorf("workers: --parallelism names %q, which is not a component of %s (it has %s)", name, topo.Name, componentNames(topo))
+		}
+		if n < 1 || n > topology.MaxParallelism {
+			return nil, fmt.Errorf("workers: --parallelism gives %s %d tasks; use 1 to %d", name, n, topology.MaxParallelism)
 		}
 	}
 	for _, c := range topo.Components {
@@ -64,15 +72,21 @@ func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 		if o, ok := cfg.Parallelism[c.Name]; ok {
 			n = o
 		}
-		stateful := c.IsSpout()
-		if !stateful {
+		if n > topo.KeyGroups && keyed(c) {
+			return nil, fmt.Errorf("workers: %s has parallelism %d, more than the topology's %d key groups, which its keyed state or Fields grouping is split into; use at most %d or raise the builder's KeyGroups", c.Name, n, topo.KeyGroups, topo.KeyGroups)
+		}
+		stateful, tx, own := c.IsSpout() || c.Keyed, false, false
+		if !c.IsSpout() {
 			// Factories must be pure constructors: this probe instance is
 			// never prepared and is dropped.
-			_, stateful = topology.Unwrap(c.BoltFn()).(topology.Stateful)
+			probe := topology.Unwrap(c.BoltFn())
+			_, own = probe.(topology.Stateful)
+			_, tx = probe.(topology.Transactional)
+			stateful = stateful || own || tx
 		}
 		for i := 0; i < n; i++ {
 			id := len(p.tasks)
-			p.tasks = append(p.tasks, taskInfo{id: id, comp: c, name: c.Name, index: i, parallelism: n, stateful: stateful})
+			p.tasks = append(p.tasks, taskInfo{id: id, comp: c, name: c.Name, index: i, parallelism: n, stateful: stateful, tx: tx, own: own})
 			p.compTasks[c.Name] = append(p.compTasks[c.Name], id)
 		}
 	}
@@ -83,7 +97,21 @@ func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 			p.ackers = append(p.ackers, id)
 		}
 	}
-	p.place(cfg.Chaos.CrashEvery > 0)
+	// Before checkpoints a stateful task's state dies with its worker, so
+	// crash chaos keeps those tasks on a worker it never crashes; with
+	// checkpoints any worker may die.
+	if cfg.assign != nil {
+		// Cluster mode: the generation says where every task runs.
+		if len(cfg.assign) != len(p.tasks) {
+			return nil, fmt.Errorf("workers: the generation places %d tasks and the plan has %d; the topology differs from the one submitted", len(cfg.assign), len(p.tasks))
+		}
+		for i, s := range cfg.assign {
+			if s < 0 || s >= p.workers {
+				return nil, fmt.Errorf("workers: task %d placed on slot %d of %d", i, s, p.workers)
+			}
+		}
+	}
+	p.place(cfg.Chaos.CrashEvery > 0 && cfg.checkpointEvery() == 0, cfg.assign)
 	if cfg.dedupOn() {
 		for _, t := range p.tasks {
 			if t.stateful && t.comp != nil && !t.comp.IsSpout() {
@@ -96,7 +124,7 @@ func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 		for _, s := range c.StreamNames() {
 			so := &streamOut{name: s, key: topology.StreamKey(c.Name, s), schema: c.Streams[s]}
 			for _, sub := range topo.Subscribers(c.Name, s) {
-				r := route{grouping: sub.Sub.Grouping.Kind, fieldIdx: sub.Sub.FieldIdx, tasks: p.compTasks[sub.Bolt.Name], schema: c.Streams[s]}
+				r := route{grouping: sub.Sub.Grouping.Kind, fieldIdx: sub.Sub.FieldIdx, keyGroups: topo.KeyGroups, tasks: p.compTasks[sub.Bolt.Name], schema: c.Streams[s]}
 				if r.grouping == topology.GroupLocalOrShuffle {
 					r.byWorker = map[int][]int{}
 					for _, t := range r.tasks {
@@ -104,6 +132,7 @@ func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 					}
 				}
 				so.routes = append(so.routes, r)
+				so.direct = r.grouping == topology.GroupDirect
 			}
 			m[s] = so
 		}
@@ -112,15 +141,18 @@ func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 	return p, nil
 }
 
-// place spreads tasks over worker slots round-robin. When crashes will be
+// place spreads tasks over worker slots round-robin, or as given (a
+// cluster generation's assignment). When crashes will be
 // injected, spouts and stateful bolts go to slot 0 and everything else to
 // the other slots: before checkpoints exist, a stateful task's state dies
 // with its worker, so a crash test can only target stateless workers.
-func (p *plan) place(protectStateful bool) {
+func (p *plan) place(protectStateful bool, given []int) {
 	p.assign = make([]int, len(p.tasks))
 	next := 0
 	for i, t := range p.tasks {
 		switch {
+		case given != nil:
+			p.assign[i] = given[i]
 		case protectStateful && t.stateful:
 			p.assign[i] = 0
 		case protectStateful:
@@ -139,7 +171,14 @@ func (p *plan) place(protectStateful bool) {
 			}
 		}
 		if ok {
-			p.crashable = append(p.crashable, s)
+			p.stateless = append(p.stateless, s)
+		}
+	}
+	p.crashable = p.stateless
+	if !protectStateful {
+		p.crashable = make([]int, p.workers)
+		for s := range p.crashable {
+			p.crashable[s] = s
 		}
 	}
 }
@@ -168,6 +207,20 @@ func (p *plan) describe() string {
 		parts[s] = fmt.Sprintf("worker %d: %s", s, strings.Join(per[s], " "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// keyed reports whether c's tasks split keys by key group: it keeps keyed
+// state or is fed by Fields grouping.
+func keyed(c *topology.Component) bool {
+	if c.Keyed {
+		return true
+	}
+	for _, in := range c.Inputs {
+		if in.Grouping.Kind == topology.GroupFields {
+			return true
+		}
+	}
+	return false
 }
 
 func componentNames(t *topology.Topology) string {

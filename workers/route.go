@@ -1,39 +1,39 @@
 package workers
 
 import (
-	"math"
-	"math/rand/v2"
+	"fmt"
+	"math/bits"
+	"slices"
 
 	"github.com/ackflow/ackflow/topology"
 )
 
-// targets appends to dst the tasks that one emit on so goes to. Direct
-// routes are skipped unless direct >= 0, in which case only direct routes
-// take the record, at index direct of the subscriber.
-func targets(dst []int, so *streamOut, values topology.Values, slot int, direct int, rng *rand.Rand) []int {
+// targets appends to dst the tasks that one non-direct emit of the record id
+// on so goes to. Shuffle and local-or-shuffle pick the task from the record
+// ID, not from a random number (DESIGN.md section 3): a replay then reaches
+// the task that saw the original, whose dedup filter knows it. Record IDs
+// are uniformly distributed hashes, so the spread is even.
+func targets(dst []int, so *streamOut, id uint64, values topology.Values, slot int) []int {
 	for i := range so.routes {
 		r := &so.routes[i]
-		if direct >= 0 {
-			if r.grouping == topology.GroupDirect && direct < len(r.tasks) {
-				dst = append(dst, r.tasks[direct])
-			}
-			continue
-		}
 		switch r.grouping {
 		case topology.GroupShuffle:
-			dst = append(dst, r.tasks[rng.IntN(len(r.tasks))])
+			dst = append(dst, r.tasks[pick(id, len(r.tasks))])
 		case topology.GroupLocalOrShuffle:
 			if local := r.byWorker[slot]; len(local) > 0 {
-				dst = append(dst, local[rng.IntN(len(local))])
+				dst = append(dst, local[pick(id, len(local))])
 			} else {
-				dst = append(dst, r.tasks[rng.IntN(len(r.tasks))])
+				dst = append(dst, r.tasks[pick(id, len(r.tasks))])
 			}
 		case topology.GroupFields:
-			h := uint64(14695981039346656037)
+			// Keys hash into key groups, key groups map to tasks by
+			// ranges: the same mapping keyed state is kept by.
+			h := topology.HashSeed
 			for _, idx := range r.fieldIdx {
-				h = hashValue(h, values[idx])
+				h = topology.HashValue(h, values[idx])
 			}
-			dst = append(dst, r.tasks[h%uint64(len(r.tasks))])
+			g := topology.KeyGroup(h, r.keyGroups)
+			dst = append(dst, r.tasks[topology.KeyGroupOwner(g, r.keyGroups, len(r.tasks))])
 		case topology.GroupAll:
 			dst = append(dst, r.tasks...)
 		case topology.GroupGlobal:
@@ -43,69 +43,42 @@ func targets(dst []int, so *streamOut, values topology.Values, slot int, direct 
 	return dst
 }
 
-// hashValue folds v into h. It must give equal hashes for equal values on
-// every worker, so it hashes bytes, never pointers.
-func hashValue(h uint64, v any) uint64 {
-	const prime = 1099511628211
-	switch x := v.(type) {
-	case string:
-		for i := 0; i < len(x); i++ {
-			h = (h ^ uint64(x[i])) * prime
-		}
-		return (h ^ 0xff) * prime
-	case []byte:
-		for _, c := range x {
-			h = (h ^ uint64(c)) * prime
-		}
-		return (h ^ 0xfe) * prime
-	case int64:
-		return mix64(h ^ uint64(x))
-	case int:
-		return mix64(h ^ uint64(int64(x)))
-	case int32:
-		return mix64(h ^ uint64(int64(x)))
-	case float64:
-		return mix64(h ^ math.Float64bits(x) ^ 0x5555)
-	case bool:
-		if x {
-			return mix64(h ^ 1 ^ 0xb001)
-		}
-		return mix64(h ^ 0xb001)
-	case []any:
-		for _, e := range x {
-			h = hashValue(h, e)
-		}
-		return mix64(h ^ uint64(len(x)))
-	case nil:
-		return mix64(h ^ 0xdead)
-	}
-	return h
+// pick maps a uniformly distributed id to 0..n-1 (Lemire's multiply-shift,
+// which uses the high bits, unlike id % n).
+func pick(id uint64, n int) int {
+	hi, _ := bits.Mul64(id, uint64(n))
+	return int(hi)
 }
 
-func mix64(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
-}
-
-// valuesSize estimates the bytes a record occupies, for the byte bounds on
-// batches and on spout pending records.
-func valuesSize(vs []any) int {
-	n := 24
-	for _, v := range vs {
-		switch x := v.(type) {
-		case string:
-			n += len(x) + 16
-		case []byte:
-			n += len(x) + 24
-		case []any:
-			n += valuesSize(x)
-		default:
-			n += 16
+// directTargets appends the task named by an EmitDirect, after checking
+// that it subscribes to so. Every subscriber of a direct stream uses the
+// Direct grouping (the builder checks), so the task is a member of one of
+// the routes.
+func directTargets(dst []int, so *streamOut, task int) ([]int, error) {
+	for i := range so.routes {
+		if slices.Contains(so.routes[i].tasks, task) {
+			return append(dst, task), nil
 		}
 	}
-	return n
+	return dst, fmt.Errorf("task %d does not subscribe to stream %q (its subscribers' tasks are %v); take task IDs from TaskContext.TasksOf", task, so.name, directTasks(so))
 }
+
+func directTasks(so *streamOut) []int {
+	var ts []int
+	for _, r := range so.routes {
+		ts = append(ts, r.tasks...)
+	}
+	return ts
+}
+
+// memSize estimates the bytes a record with wire size wire and n values
+// occupies in memory, for the byte bounds on spout pending records and
+// output logs: the encoded bytes plus the interface and slice headers.
+func memSize(wire, n int) int { return wire + 24 + 16*n }
+
+// recordOverhead bounds a record's envelope in a frame beyond its values
+// (ID, epoch, task, stream name, counts); anchors add anchorBytes each.
+const (
+	recordOverhead = 64
+	anchorBytes    = 16
+)

@@ -1,11 +1,13 @@
 package workers
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/ackflow/ackflow/deadletter"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/wire"
 )
@@ -20,9 +22,23 @@ type pendingRoot struct {
 	start    time.Time
 	bytes    int64
 	crashes  []int64 // crashes whose recovery waits for this root
-	direct   int     // task index for EmitDirect, -1 otherwise
+	direct   int     // task ID for EmitDirect, -1 otherwise
 	tree     uint64  // current attempt
-	done     bool    // acked (perhaps by an earlier attempt completing late)
+	done     bool    // acked (perhaps by an earlier attempt completing late) or dead-lettered
+
+	attempts    int       // attempts emitted
+	failures    int       // attempts that failed in the topology (MaxAttempts counts these)
+	letterFails int       // failed writes to the dead letters
+	why         failure   // the last failure
+	due         time.Time // when a delayed replay is due
+	heapIdx     int       // index in spoutExec.delayed, -1 when not there
+}
+
+// failure is why an attempt of a root failed.
+type failure struct {
+	counted bool   // a failure in the topology, not a worker's death
+	task    int32  // the task that failed it, -1 when none (timeout, death)
+	err     string // the reason, for the dead letters
 }
 
 // recovery tracks the roots replayed after a crash.
@@ -38,34 +54,50 @@ type retiredTree struct {
 	at time.Time
 }
 
+// deadNote is a DeadLettered call waiting to be delivered outside Next.
+type deadNote struct {
+	id  topology.MsgID
+	why string
+}
+
 // spoutExec runs one spout task and its side of the acking protocol.
 type spoutExec struct {
 	base
 	spout      topology.Spout
 	selfReplay bool
+	deadAware  topology.DeadLetterAware // nil unless the spout implements it
 
 	pending      map[uint64]*pendingRoot // tree ID -> root
 	pendingBytes int64
 	replayQ      []*pendingRoot
+	delayed      delayQueue       // replays waiting out their backoff
 	acks, fails  []topology.MsgID // delivered to the spout outside Next
+	dead         []deadNote
 	exhausted    bool
 	emitted      int
 	recovering   map[int64]*recovery // by crash ID
 	retired      map[uint64]retiredTree
 	lastScan     time.Time
+	paused       *spoutPause // a checkpoint in progress: no new roots
 }
 
 func newSpoutExec(b base) *spoutExec {
 	s := &spoutExec{base: b, spout: b.info.comp.SpoutFn(), pending: map[uint64]*pendingRoot{}, recovering: map[int64]*recovery{}, retired: map[uint64]retiredTree{}}
+	b.r.exhausted[b.info.id].Store(false) // a restarted spout reads again
 	if sr, ok := s.spout.(topology.SelfReplaying); ok {
 		s.selfReplay = sr.ReplaysItself()
 	}
+	s.deadAware, _ = s.spout.(topology.DeadLetterAware)
 	return s
 }
 
 func (s *spoutExec) run(ctx context.Context) {
 	if err := s.guard("Open", func() error { return s.spout.Open(s.tc, s) }); err != nil {
-		s.r.abort(err)
+		s.startFailed(ctx, err)
+		return
+	}
+	if err := s.restore(); err != nil {
+		s.startFailed(ctx, err)
 		return
 	}
 	tick := time.NewTicker(min(s.r.cfg.Linger, 10*time.Millisecond))
@@ -73,9 +105,10 @@ func (s *spoutExec) run(ctx context.Context) {
 	s.lastScan = time.Now()
 	idle := 0
 	for {
-		drainFrames(s.ctrl, s.onNotices)
+		s.ctrl.drain(s.onCtrl)
 		s.drainSys()
 		s.deliver()
+		s.checkDrained()
 		if ctx.Err() != nil {
 			return
 		}
@@ -90,7 +123,7 @@ func (s *spoutExec) run(ctx context.Context) {
 				}
 				s.replayQ = append(s.replayQ[:0], s.replayQ[n:]...)
 				busy = true
-			} else if !s.exhausted {
+			} else if !s.exhausted && s.paused == nil {
 				before := s.emitted
 				err := s.guard("Next", func() error { return s.spout.Next(ctx) })
 				switch {
@@ -104,7 +137,7 @@ func (s *spoutExec) run(ctx context.Context) {
 				busy = s.emitted > before
 			}
 		}
-		s.r.pending[s.info.id].Store(int64(len(s.pending) + len(s.replayQ)))
+		s.r.pending[s.info.id].Store(int64(len(s.pending) + len(s.replayQ) + len(s.delayed)))
 		if busy {
 			if idle++; idle&63 == 0 {
 				s.housekeep(time.Now())
@@ -115,10 +148,10 @@ func (s *spoutExec) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case f := <-s.ctrl:
-			s.onNotices(f)
-		case n := <-s.sys:
-			s.onDead(n)
+		case <-s.ctrl.ready:
+			s.ctrl.drain(s.onCtrl)
+		case <-s.sys.ready:
+			s.sys.drain(s.onSys)
 		case now := <-tick.C:
 			s.housekeep(now)
 		}
@@ -150,13 +183,18 @@ func (s *spoutExec) canEmit() bool {
 
 func (s *spoutExec) housekeep(now time.Time) {
 	s.r.held[s.info.id].Store(int64(s.out.poll(now)))
+	s.linkTick(now)
+	for len(s.delayed) > 0 && !s.delayed[0].due.After(now) {
+		p := heap.Pop(&s.delayed).(*pendingRoot)
+		s.replayQ = append(s.replayQ, p)
+	}
 	if s.track && now.Sub(s.lastScan) >= s.r.cfg.MessageTimeout/4 {
 		s.lastScan = now
 		for tree, p := range s.pending {
 			if now.Sub(p.start) >= s.r.cfg.MessageTimeout {
-				s.cc.timedOut.Add(1)
+				s.cnt.timedOut.Add(1)
 				s.retire(tree, p, now)
-				s.failTree(tree, p)
+				s.failTree(tree, p, failure{counted: true, task: -1, err: fmt.Sprintf("timed out: not fully processed within the message timeout (%v)", s.r.cfg.MessageTimeout)})
 			}
 		}
 		for tree, rt := range s.retired {
@@ -172,21 +210,41 @@ func (s *spoutExec) retire(tree uint64, p *pendingRoot, now time.Time) {
 	s.retired[tree] = retiredTree{p: p, at: now}
 }
 
-// deliver calls Ack and Fail outside Next, so the spout never sees them
-// re-entrantly.
+// deliver calls Ack, Fail and DeadLettered outside Next, so the spout never
+// sees them re-entrantly.
 func (s *spoutExec) deliver() {
 	for _, id := range s.acks {
-		s.spout.Ack(id)
+		s.userCall("Ack", func() { s.spout.Ack(id) })
 	}
 	s.acks = s.acks[:0]
 	for _, id := range s.fails {
-		s.spout.Fail(id)
+		s.userCall("Fail", func() { s.spout.Fail(id) })
 	}
 	s.fails = s.fails[:0]
+	for _, d := range s.dead {
+		s.userCall("DeadLettered", func() { s.deadAware.DeadLettered(d.id, d.why) })
+	}
+	s.dead = s.dead[:0]
 }
 
-func (s *spoutExec) onNotices(f *wire.Frame) {
+// userCall runs a spout callback; a panic is logged and the task goes on,
+// as an Execute panic does in a bolt.
+func (s *spoutExec) userCall(what string, fn func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.cnt.panics.Add(1)
+			s.r.warn.Error().Str("component", s.info.name).Int("task", s.info.id).Interface("panic", p).Msgf("spout %s panicked", what)
+		}
+	}()
+	fn()
+}
+
+func (s *spoutExec) onCtrl(f *wire.Frame) {
 	if !s.admit(f) {
+		return
+	}
+	if f.Kind == wire.KindLink {
+		s.onLink(f)
 		return
 	}
 	now := time.Now()
@@ -205,11 +263,31 @@ func (s *spoutExec) onNotices(f *wire.Frame) {
 		case wire.NoticeComplete:
 			s.complete(p, now)
 		case wire.NoticeFailed:
-			s.failTree(n.Tree, p)
+			s.failTree(n.Tree, p, s.failureOf(n))
 		case wire.NoticeReset:
 			p.start = now
 		}
 	}
+}
+
+// failureOf describes a NoticeFailed for the dead letters.
+func (s *spoutExec) failureOf(n wire.Notice) failure {
+	why := failure{counted: true, task: n.Task, err: n.Err}
+	if why.err == "" {
+		why.err = "failed"
+		if c := s.componentOf(n.Task); c != "" {
+			why.err = "failed by " + c
+		}
+	}
+	return why
+}
+
+// componentOf names the component of a task, or "" for none.
+func (s *spoutExec) componentOf(task int32) string {
+	if task < 0 || int(task) >= len(s.r.plan.tasks) {
+		return ""
+	}
+	return s.r.plan.tasks[task].name
 }
 
 // complete acks a root once, whichever of its attempts completed.
@@ -221,34 +299,127 @@ func (s *spoutExec) complete(p *pendingRoot, now time.Time) {
 	if s.pending[p.tree] == p {
 		delete(s.pending, p.tree)
 		s.pendingBytes -= p.bytes
-		s.cc.latency.observe(now.Sub(p.start))
+		d := now.Sub(p.start)
+		s.cnt.latency.observe(d)
+		if s.cnt.complete != nil {
+			s.cnt.complete.Observe(d)
+		}
 	}
-	s.cc.acked.Add(1)
+	if p.heapIdx >= 0 {
+		heap.Remove(&s.delayed, p.heapIdx)
+	}
+	s.cnt.acked.Add(1)
 	s.acks = append(s.acks, p.id)
 	s.recovered(p, now)
 }
 
-func (s *spoutExec) failTree(tree uint64, p *pendingRoot) {
+// failTree handles a failed attempt of p: a replay, at once or after a
+// backoff, or the dead letters once MaxAttempts attempts failed.
+func (s *spoutExec) failTree(tree uint64, p *pendingRoot, why failure) {
 	delete(s.pending, tree)
 	s.pendingBytes -= p.bytes
-	s.cc.failed.Add(1)
+	s.cnt.failed.Add(1)
 	s.fails = append(s.fails, p.id)
-	if !s.selfReplay {
-		s.replayQ = append(s.replayQ, p)
-	} else {
+	p.why = why
+	if s.selfReplay {
 		p.done = true
 		s.recovered(p, time.Now())
+		return
+	}
+	if !why.counted {
+		s.replayQ = append(s.replayQ, p)
+		return
+	}
+	p.failures++
+	if limit := s.r.cfg.MaxAttempts; limit > 0 && p.failures >= limit {
+		s.deadLetter(p)
+		return
+	}
+	s.schedule(p, s.backoff(p.failures))
+}
+
+// schedule queues p's replay after d.
+func (s *spoutExec) schedule(p *pendingRoot, d time.Duration) {
+	if d <= 0 {
+		s.replayQ = append(s.replayQ, p)
+		return
+	}
+	p.due = time.Now().Add(d)
+	heap.Push(&s.delayed, p)
+}
+
+// backoff is the delay before the replay after the n-th counted failure:
+// none after the first (most failures are transient), then exponential.
+func (s *spoutExec) backoff(n int) time.Duration {
+	base, limit := s.r.cfg.ReplayBackoff, s.r.cfg.MaxReplayBackoff
+	if n <= 1 || base <= 0 {
+		return 0
+	}
+	d := base
+	for i := 2; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// deadLetter gives up on p: it goes to the dead letters with its last
+// error, and the spout hears of it. If the dead letters cannot take it, p
+// stays alive and is replayed after the longest backoff, so it is never
+// lost.
+func (s *spoutExec) deadLetter(p *pendingRoot) {
+	comp := s.componentOf(p.why.task)
+	l := s.letter(p.stream, p.id, p.recordID, p.values, p.attempts, p.why.err, comp, int(p.why.task))
+	if err := s.putLetter(l); err != nil {
+		if p.letterFails++; p.letterFails >= maxLetterFails {
+			s.r.abort(fmt.Errorf("workers: the dead letters failed %d times for record %016x of %s (offset %d), which is therefore neither processed nor dead-lettered; fix the dead-letter destination and run again: %w",
+				p.letterFails, p.recordID, s.info.name, p.id.Offset, err))
+			return
+		}
+		s.schedule(p, s.r.cfg.MaxReplayBackoff)
+		return
+	}
+	p.done = true
+	s.r.warn.Warn().Str("component", s.info.name).Int("task", s.info.id).Uint64("record", p.recordID).Int("attempts", p.attempts).Str("error", p.why.err).Msg("record sent to the dead letters after too many failed attempts")
+	s.recovered(p, time.Now())
+}
+
+func (s *spoutExec) letter(stream string, id topology.MsgID, recordID uint64, values topology.Values, attempts int, why, comp string, task int) deadletter.Letter {
+	return deadletter.Letter{
+		Topology: s.r.plan.topo.Name, Spout: s.info.name, SpoutTask: s.info.id, Stream: stream,
+		Partition: id.Partition, Offset: id.Offset, RecordID: recordID, Attempts: attempts,
+		Error: why, Component: comp, Task: task, Values: values, Time: time.Now(),
 	}
 }
 
-func (s *spoutExec) drainSys() {
-	for {
-		select {
-		case n := <-s.sys:
-			s.onDead(n)
-		default:
-			return
-		}
+// maxLetterFails is how often the dead letters may fail for one record
+// before the run gives up, rather than replay a record that can neither
+// succeed nor be put aside forever.
+const maxLetterFails = 3
+
+// putLetter writes l to the dead letters and tells the spout.
+func (s *spoutExec) putLetter(l deadletter.Letter) error {
+	ctx, cancel := context.WithTimeout(s.w.ctx, 10*time.Second)
+	defer cancel()
+	if err := s.r.deadLetters.Put(ctx, l); err != nil {
+		s.r.tc.deadLetterErrors.Add(1)
+		s.r.warn.Error().Err(err).Str("component", s.info.name).Uint64("record", l.RecordID).Msg("cannot write a dead letter; the record is kept and retried")
+		return err
+	}
+	s.cnt.deadLettered.Add(1)
+	if s.deadAware != nil {
+		s.dead = append(s.dead, deadNote{id: topology.MsgID{Partition: l.Partition, Offset: l.Offset}, why: l.Error})
+	}
+	return nil
+}
+
+func (s *spoutExec) drainSys() { s.sys.drain(s.onSys) }
+
+func (s *spoutExec) onSys(m sysMsg) {
+	switch {
+	case m.dead != nil:
+		s.onDead(*m.dead)
+	case m.ckpt != nil:
+		s.onCheckpoint(*m.ckpt)
 	}
 }
 
@@ -256,15 +427,17 @@ func (s *spoutExec) drainSys() {
 // for the message timeout. The acker does not know which trees touched the
 // dead worker, so all of them are replayed (docs/design-notes.md). The
 // crash has recovered when the last of those roots completes; a root caught
-// by two crashes counts for both.
+// by two crashes counts for both. A death does not count toward a root's
+// MaxAttempts: it says nothing about the record.
 func (s *spoutExec) onDead(n deadNotice) {
 	if !s.track {
 		return
 	}
 	now := time.Now()
+	why := failure{task: -1, err: fmt.Sprintf("worker %d died", n.slot)}
 	for tree, p := range s.pending {
 		s.retire(tree, p, now)
-		s.failTree(tree, p)
+		s.failTree(tree, p, why)
 	}
 	rec := &recovery{at: n.at}
 	for _, p := range s.replayQ {
@@ -296,23 +469,42 @@ func (s *spoutExec) recovered(p *pendingRoot, now time.Time) {
 }
 
 func (s *spoutExec) replay(p *pendingRoot) {
-	s.cc.replayed.Add(1)
-	s.emitRoot(p.stream, p.id, p.values, true, p.direct, p)
+	s.cnt.replayed.Add(1)
+	// A replay was accepted once, so it cannot be refused now.
+	_ = s.emitRoot(p.stream, p.id, p.values, true, p.direct, p)
 }
 
 // emitRoot sends a root record. p is the pending entry being replayed, or nil.
-func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.Values, tracked bool, direct int, p *pendingRoot) {
-	so := s.stream(stream, values)
+func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.Values, tracked bool, direct int, p *pendingRoot) error {
+	so, size, err := s.check(stream, values, direct >= 0)
+	if err == nil && direct >= 0 {
+		s.dsts, err = directTargets(s.dsts[:0], so, direct)
+		if err != nil {
+			s.cnt.emitErrors.Add(1)
+			err = fmt.Errorf("%w: %s (task %d) on stream %q: %w", ErrEmitRefused, s.info.name, s.info.id, stream, err)
+		}
+	}
+	if err != nil {
+		if tracked && s.track {
+			// Never sent, so never replayed: the dead letters keep it.
+			l := s.letter(stream, id, topology.RootID(s.info.name, stream, id), values, 0, err.Error(), s.info.name, s.info.id)
+			if lerr := s.putLetter(l); lerr != nil {
+				s.r.abort(fmt.Errorf("workers: a refused record of %s (offset %d) could not be dead-lettered either; fix the dead-letter destination and run again: %w (refused because: %w)", s.info.name, id.Offset, lerr, err))
+			}
+		}
+		return err
+	}
 	rec := wire.Record{Stream: stream, SrcTask: int32(s.info.id), Epoch: s.w.incarnation, Values: values}
 	if p != nil {
 		rec.ID = p.recordID
 	} else {
-		rec.ID = topology.RootID(s.info.name, id)
+		rec.ID = topology.RootID(s.info.name, stream, id)
 		s.emitted++
-		s.cc.emitted.Add(1)
+		s.cnt.emitted.Add(1)
 	}
-	size := valuesSize(values)
-	s.dsts = targets(s.dsts[:0], so, values, s.w.slot, direct, s.rng)
+	if direct < 0 {
+		s.dsts = targets(s.dsts[:0], so, rec.ID, values, s.w.slot)
+	}
 	if !tracked || !s.track {
 		for _, d := range s.dsts {
 			s.out.addRecord(d, rec, size)
@@ -320,11 +512,11 @@ func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.V
 		if tracked {
 			s.acks = append(s.acks, id) // at-most-once: acked as soon as sent, as in Storm
 		}
-		return
+		return nil
 	}
 	if len(s.dsts) == 0 {
 		s.acks = append(s.acks, id) // nobody subscribes: the tree is complete
-		return
+		return nil
 	}
 	tree := s.edge()
 	var xor uint64
@@ -332,36 +524,41 @@ func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.V
 		e := s.edge()
 		xor ^= e
 		rec.Anchors = []wire.Anchor{{Tree: tree, Val: e}}
-		s.out.addRecord(d, rec, size)
+		s.out.addRecord(d, rec, size+anchorBytes)
 	}
 	s.out.addAck(s.r.plan.ackerFor(tree), wire.AckMsg{Type: wire.AckInit, Tree: tree, Val: xor, Task: int32(s.info.id)})
 	if p == nil {
-		p = &pendingRoot{id: id, recordID: rec.ID, stream: stream, values: values, bytes: int64(size), direct: direct}
+		p = &pendingRoot{id: id, recordID: rec.ID, stream: stream, values: values, bytes: int64(memSize(size, len(values))), direct: direct, heapIdx: -1}
 	}
+	p.attempts++
 	p.start = time.Now()
 	p.tree = tree
 	s.pending[tree] = p
 	s.pendingBytes += p.bytes
+	return nil
 }
 
 // Emit implements topology.SpoutCollector.
-func (s *spoutExec) Emit(id topology.MsgID, values topology.Values) {
-	s.emitRoot(topology.DefaultStream, id, values, true, -1, nil)
+func (s *spoutExec) Emit(id topology.MsgID, values topology.Values) error {
+	return s.emitRoot(topology.DefaultStream, id, values, true, -1, nil)
 }
 
 // EmitTo implements topology.SpoutCollector.
-func (s *spoutExec) EmitTo(stream string, id topology.MsgID, values topology.Values) {
-	s.emitRoot(stream, id, values, true, -1, nil)
+func (s *spoutExec) EmitTo(stream string, id topology.MsgID, values topology.Values) error {
+	return s.emitRoot(stream, id, values, true, -1, nil)
 }
 
 // EmitUntracked implements topology.SpoutCollector.
-func (s *spoutExec) EmitUntracked(stream string, values topology.Values) {
-	s.emitRoot(stream, topology.MsgID{Partition: -1, Offset: int64(s.emitted)}, values, false, -1, nil)
+func (s *spoutExec) EmitUntracked(stream string, values topology.Values) error {
+	return s.emitRoot(stream, topology.MsgID{Partition: -1, Offset: int64(s.emitted)}, values, false, -1, nil)
 }
 
 // EmitDirect implements topology.SpoutCollector.
-func (s *spoutExec) EmitDirect(task int, stream string, id topology.MsgID, values topology.Values) {
-	s.emitRoot(stream, id, values, true, task, nil)
+func (s *spoutExec) EmitDirect(task int, stream string, id topology.MsgID, values topology.Values) error {
+	if task < 0 {
+		task = len(s.r.plan.tasks) // never a task: refused with the list of valid ones
+	}
+	return s.emitRoot(stream, id, values, true, task, nil)
 }
 
 func (s *spoutExec) stop(graceful bool) {
@@ -369,7 +566,30 @@ func (s *spoutExec) stop(graceful bool) {
 		return
 	}
 	s.out.flush()
-	if err := s.spout.Close(); err != nil {
+	if err := s.guard("Close", s.spout.Close); err != nil {
 		s.tc.Logger.Warn().Err(err).Msg("spout Close failed")
 	}
+}
+
+// delayQueue is a min-heap of roots by the time their replay is due.
+type delayQueue []*pendingRoot
+
+func (q delayQueue) Len() int           { return len(q) }
+func (q delayQueue) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q delayQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].heapIdx, q[j].heapIdx = i, j
+}
+func (q *delayQueue) Push(x any) {
+	p := x.(*pendingRoot)
+	p.heapIdx = len(*q)
+	*q = append(*q, p)
+}
+func (q *delayQueue) Pop() any {
+	old := *q
+	p := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	p.heapIdx = -1
+	return p
 }

@@ -5,11 +5,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ackflow/ackflow/deadletter"
+	"github.com/ackflow/ackflow/metrics"
 )
 
-// componentCounters are shared by a component's tasks (atomics: tasks run on
-// several goroutines and the progress reporter reads them live).
-type componentCounters struct {
+// taskCounters are one task's figures. Only the task's goroutine writes
+// most of them, but they are atomics because the progress reporter, the
+// summary and Prometheus scrapes (metrics.go) read them while it runs, and
+// because a restarted task's executor may start while the crashed one
+// winds down. They are per task rather than per component so that tasks
+// of a component do not contend for one cache line, and so that metrics
+// carry a task label; the summary adds them up per component.
+type taskCounters struct {
 	emitted  atomic.Int64 // records emitted (an emit to several tasks counts once)
 	executed atomic.Int64 // inputs processed
 	acked    atomic.Int64 // spout: trees completed; bolt: inputs acked
@@ -17,17 +25,38 @@ type componentCounters struct {
 	replayed atomic.Int64 // spout: roots replayed
 	timedOut atomic.Int64 // spout: trees timed out
 	panics   atomic.Int64 // bolt: Execute panicked
-	latency  histogram    // spout: complete latency
+	latency  *histogram   // spout: complete latency (nil for bolts)
+
+	// transferred are data records published to NATS (metrics only: the
+	// run's total is transportCounters.natsRecordsOut).
+	transferred atomic.Int64
 
 	// Dedup and output logs (stateful bolts).
 	dupDropped atomic.Int64 // confirmed duplicates: user code not run
 	suspects   atomic.Int64 // Bloom said maybe, nothing confirmed: processed
 	reemitted  atomic.Int64 // logged outputs sent again for duplicates
-	logPeak    atomic.Int64 // most entries one task's log held
-	logBytes   atomic.Int64 // most bytes one task's log held
+	logPeak    atomic.Int64 // most entries the task's log held
+	logBytes   atomic.Int64 // most bytes the task's log held
+	logSize    atomic.Int64 // bytes the task's log holds now
 	expired    atomic.Int64 // log entries dropped by the expiry safety net
 	fillBits   atomic.Uint64
 	fpBits     atomic.Uint64
+	reexecuted atomic.Int64 // inputs failed earlier and executed again (not suspects)
+	parked     atomic.Int64 // replays that waited for their original, still held, to be acked or failed
+
+	deadLettered atomic.Int64 // spout: roots given up on and sent to the dead letters
+	emitErrors   atomic.Int64 // emits refused (bad stream, values, size, direct misuse)
+
+	// With a metrics registry only (nil or zero otherwise): Prometheus
+	// histograms of complete latency (spouts) and execute latency
+	// (bolts), the time a bolt spent processing inputs, its capacity over
+	// the last window, and its dedup filter's current fill and estimated
+	// false-positive rate (fillBits and fpBits keep the highest, for the
+	// summary).
+	complete, execute  *metrics.LatencyHistogram
+	busy               atomic.Int64  // nanoseconds
+	capacity           atomic.Uint64 // float64 bits
+	bloomFill, bloomFP atomic.Uint64 // float64 bits
 }
 
 // maxFloat stores v into a if it is larger (floats as bits).
@@ -48,13 +77,20 @@ type transportCounters struct {
 	localFrames, localRecords atomic.Int64
 	badFrames                 atomic.Int64 // did not decode: counted and dropped
 	fencedRecords             atomic.Int64 // from a stale epoch: dropped
-	ctrlDropped               atomic.Int64 // control frames dropped on a full inbox
-	publishErrors             atomic.Int64
+	fencedFrames              atomic.Int64 // cluster mode: from another generation: dropped
+	publishErrors             atomic.Int64 // frames that could not be encoded or published
 	sentRecords, doneRecords  atomic.Int64 // for the end-of-run accounting
 	discardedRecords          atomic.Int64 // dropped by a stopping task
 	ackMsgs                   atomic.Int64
 	dupFrames                 atomic.Int64 // delivered twice: dropped
 	bpSignals                 atomic.Int64 // backpressure signals sent
+	nacks                     atomic.Int64 // NACKs sent for missing frames
+	resent                    atomic.Int64 // frames sent again for a NACK
+	resendMisses              atomic.Int64 // NACKed frames no longer kept
+	lostFrames                atomic.Int64 // missing frames given up on (their trees time out)
+	deadLetterErrors          atomic.Int64 // dead letters that could not be written (retried)
+	reconnects                atomic.Int64 // of the workers' NATS connections
+	slowConsumers             atomic.Int64 // slow-consumer errors the NATS client reported
 }
 
 // histogram is a lock-free log-scale histogram of durations: 16 buckets per
@@ -79,6 +115,14 @@ func bucketOf(d time.Duration) int {
 func (h *histogram) observe(d time.Duration) {
 	h.buckets[bucketOf(d)].Add(1)
 	h.count.Add(1)
+}
+
+// add adds o's counts to h (o is read while its task observes).
+func (h *histogram) add(o *histogram) {
+	for i := range o.buckets {
+		h.buckets[i].Add(o.buckets[i].Load())
+	}
+	h.count.Add(o.count.Load())
 }
 
 // quantile returns the q-quantile (0..1), or 0 when empty.
@@ -122,6 +166,17 @@ type ComponentSummary struct {
 	LogPeakEntries, LogPeakBytes           int64
 	LogExpired                             int64
 	BloomFill, BloomFPRate                 float64
+	// ReExecuted counts inputs that failed earlier and ran again (only a
+	// completed input is a duplicate).
+	ReExecuted int64
+	// Parked counts replays that arrived while the bolt still held the
+	// original and waited for its ack or fail.
+	Parked int64
+	// DeadLettered (spouts): roots given up on after MaxAttempts failed
+	// attempts, or refused at emit, and sent to the dead letters.
+	DeadLettered int64
+	// EmitErrors: emits the runtime refused (see topology.Collector).
+	EmitErrors int64
 	// Complete latency of the spout's trees (at-least-once only).
 	LatencyP50, LatencyP99, LatencyP999 time.Duration
 }
@@ -146,10 +201,27 @@ type Summary struct {
 	AckMessages                   int64
 	BadFrames                     int64
 	FencedRecords                 int64
-	CtrlDropped                   int64
-	DuplicateFrames               int64 // frames the network delivered twice, dropped
-	BackpressureSignals           int64 // times a worker told the spouts to pause
-	PublishErrors                 int64
+	// FencedFrames counts frames of another generation dropped in cluster
+	// mode (a worker paused past its lease, or a stale frame).
+	FencedFrames        int64
+	DuplicateFrames     int64 // frames the network delivered twice, dropped
+	BackpressureSignals int64 // times a worker told the spouts to pause
+	// SlowConsumers counts slow-consumer errors the workers' NATS clients
+	// reported, and Reconnects their reconnections (a server closes a
+	// slow consumer's connection); frames lost that way are NACKed and
+	// sent again, or their trees replay.
+	SlowConsumers, Reconnects int64
+	PublishErrors             int64 // frames that could not be sent; their trees were failed
+	// Loss recovery (at-least-once): NACKs sent for missing frames, frames
+	// sent again, NACKed frames no longer kept, and missing frames given up
+	// on (their trees timed out).
+	NACKs, Resent, ResendMisses, LostFrames int64
+	// DeadLettered is the number of roots sent to the dead letters; when
+	// Config.DeadLetters is nil, DeadLetters holds them.
+	DeadLettered     int64
+	DeadLetters      []deadletter.Letter
+	DeadLetterStream string // the JetStream stream holding them, with Config.DeadLetterStream
+	DeadLetterErrors int64  // writes to the dead letters that failed and were retried
 	// Unaccounted are records sent but never processed nor known to be
 	// dropped when the run ended: lost in transit (at-most-once) or in a
 	// crashed worker (replayed in at-least-once).
@@ -158,6 +230,9 @@ type Summary struct {
 	// completion notice was lost, in which case the entry would have
 	// expired after ten message timeouts (the run does not wait for that).
 	LogEntries int64
+
+	// Checkpoints: what they did (zero without checkpoints).
+	Checkpoints CheckpointSummary
 
 	Chaos      ChaosSummary
 	Crashes    int
@@ -170,6 +245,7 @@ type ChaosSummary struct {
 	FramesDropped, RecordsDropped       int64
 	FramesDuplicated, RecordsDuplicated int64
 	FramesDelayed, FramesReordered      int64
+	InputsFailed                        int64 // inputs bolts failed before user code (chaos fail=)
 }
 
 // Component returns the named component's figures, or the zero value.
@@ -189,6 +265,8 @@ type Progress struct {
 	RecordsPerSec float64 // over the last interval
 	Pending       int64   // trees in flight (at-least-once)
 	InFlight      int64   // records sent but not yet processed
+	Replayed      int64   // source records replayed so far
+	DeadLettered  int64   // source records given up on so far
 }
 
 // recoveryLog collects recovery times reported by spout tasks.
@@ -221,4 +299,14 @@ func (r *recoveryLog) list() []time.Duration {
 		out = append(out, r.byID[id])
 	}
 	return out
+}
+
+// last returns the recovery time of the crash reported last.
+func (r *recoveryLog) last() (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.order) == 0 {
+		return 0, false
+	}
+	return r.byID[r.order[len(r.order)-1]], true
 }

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -32,6 +33,28 @@ type Worker struct {
 	epochs    []atomic.Uint64 // per slot: newest incarnation known
 	throttled atomic.Bool     // some worker is congested: spouts pause
 	crashed   atomic.Bool
+
+	// recordLimit is the most bytes one record may take in a frame: the
+	// server's max payload less room for the frame's header.
+	recordLimit int
+	// startEpochs are the incarnations of the slots that kept running when
+	// this worker started; nil when every slot started with it (see
+	// frameFilter.newEpoch).
+	startEpochs []uint64
+}
+
+// knownEpoch returns the incarnation src's worker had when this one
+// started, if it kept running; 0 if it started with this one or later, so
+// that all of its frames are for this worker.
+func (w *Worker) knownEpoch(src int32) uint64 {
+	if w.startEpochs == nil || src < 0 || int(src) >= len(w.r.plan.assign) {
+		return 0
+	}
+	slot := w.r.plan.assign[src]
+	if slot == w.slot {
+		return 0
+	}
+	return w.startEpochs[slot]
 }
 
 // task is one executor's plumbing: inboxes and identity.
@@ -39,8 +62,46 @@ type task struct {
 	w    *Worker
 	info *taskInfo
 	data chan *wire.Frame // records, bounded: a full inbox blocks the sender
-	ctrl chan *wire.Frame // acker messages and notices; never blocks a sender
-	sys  chan deadNotice  // worker failures, for spouts
+	ctrl *ctrlQueue       // acker messages, notices, link frames: never blocks, never drops
+	sys  *mailbox[sysMsg] // worker failures (spouts) and checkpoint commands
+}
+
+// enqueue hands a frame to the task: records (and the high-water marks
+// that describe them, which must not overtake them) to the bounded data
+// inbox, everything else to the control queue. discarded is called when
+// the task stops before taking a data frame.
+func (t *task) enqueue(f *wire.Frame, ctx context.Context, discarded func()) {
+	if !t.dataPath(f) {
+		t.ctrl.push(f)
+		return
+	}
+	select {
+	case t.data <- f:
+	case <-ctx.Done():
+		discarded()
+	}
+}
+
+// dataPath reports whether f travels through the data inbox: records, and
+// a data sender's high-water marks to a bolt.
+func (t *task) dataPath(f *wire.Frame) bool {
+	switch f.Kind {
+	case wire.KindData:
+		return true
+	case wire.KindLink:
+		plan := t.w.r.plan
+		return t.info.comp != nil && !t.info.comp.IsSpout() &&
+			len(f.Links) > 0 && f.Links[0].Type == wire.LinkHWM &&
+			f.Src >= 0 && int(f.Src) < len(plan.tasks) && plan.tasks[f.Src].comp != nil
+	}
+	return false
+}
+
+// sysMsg is a message from a task's worker: a worker's death or a
+// checkpoint command.
+type sysMsg struct {
+	dead *deadNotice
+	ckpt *ckptCmd
 }
 
 // deadNotice says that a worker slot died and came back as incarnation.
@@ -56,38 +117,44 @@ type executor interface {
 	stop(graceful bool)
 }
 
-func startWorker(parent context.Context, r *run, slot int, incarnation uint64, epochs []uint64) (*Worker, error) {
-	nc, err := nats.Connect(r.url,
+func startWorker(parent context.Context, r *run, slot int, incarnation uint64, epochs, known []uint64) (*Worker, error) {
+	nc, err := nats.Connect(r.url, r.natsOptions(
 		nats.Name(fmt.Sprintf("ackflow %s worker %d.%d", r.plan.topo.Name, slot, incarnation)),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(50*time.Millisecond),
 		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				r.tc.slowConsumers.Add(1)
+			}
 			r.log.Warn().Err(err).Int("worker", slot).Msg("NATS asynchronous error")
 		}),
-	)
+		nats.ReconnectHandler(func(*nats.Conn) { r.tc.reconnects.Add(1) }),
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("workers: worker %d cannot connect to NATS at %s: %w", slot, r.url, err)
 	}
 	ctx, cancel := context.WithCancel(parent)
 	w := &Worker{
 		r: r, slot: slot, incarnation: incarnation, nc: nc, ctx: ctx, cancel: cancel,
-		tasks:  make([]*task, len(r.plan.tasks)),
-		lastBP: make([]atomic.Int64, r.plan.workers),
-		epochs: make([]atomic.Uint64, r.plan.workers),
+		tasks:       make([]*task, len(r.plan.tasks)),
+		lastBP:      make([]atomic.Int64, r.plan.workers),
+		epochs:      make([]atomic.Uint64, r.plan.workers),
+		recordLimit: int(nc.MaxPayload()) - frameHeadroom,
 	}
 	for s, e := range epochs {
 		w.epochs[s].Store(e)
 	}
+	w.startEpochs = known
 	for i := range r.plan.tasks {
 		if r.plan.assign[i] != slot {
 			continue
 		}
-		ctrlCap := 16 * r.cfg.QueueSize
 		w.tasks[i] = &task{w: w, info: &r.plan.tasks[i],
 			data: make(chan *wire.Frame, r.cfg.QueueSize),
-			ctrl: make(chan *wire.Frame, ctrlCap),
-			sys:  make(chan deadNotice, 16),
+			ctrl: newCtrlQueue(),
+			sys:  newMailbox[sysMsg](),
 		}
+		r.inboxes[i].Store(w.tasks[i])
 	}
 	fail := func(err error) (*Worker, error) {
 		cancel()
@@ -151,32 +218,46 @@ func (w *Worker) onFrame(t *task, m *nats.Msg) {
 	r := w.r
 	r.tc.natsMsgsIn.Add(1)
 	r.tc.natsBytesIn.Add(int64(len(m.Data)))
-	f := new(wire.Frame)
-	if err := wire.DecodeFrame(m.Data, f); err != nil {
+	f := &wire.Frame{Records: getRecords(0)} // see recordSlabs
+	err := wire.DecodeFrame(m.Data, f)
+	if err != nil || f.Kind != wire.KindData {
+		// Acks, notices and links leave the array empty: back it goes,
+		// rather than leaving with a frame that never returns it.
+		putRecords(f.Records)
+		f.Records = nil
+	}
+	if err != nil {
 		r.tc.badFrames.Add(1)
-		r.log.Debug().Err(err).Str("subject", m.Subject).Msg("dropping a frame that does not decode")
+		r.warn.Warn().Err(err).Str("subject", m.Subject).Msg("dropping a frame that does not decode")
 		return
 	}
-	wantAck := t.info.comp == nil
+	if r.gen > 0 && f.Epoch != r.gen {
+		// Cluster mode: a frame of another generation (a worker that has
+		// not heard of this one yet, or was paused past its lease). Its
+		// records belong to trees this generation does not track.
+		r.tc.fencedFrames.Add(1)
+		r.tc.fencedRecords.Add(int64(len(f.Records)))
+		r.warn.Warn().Str("subject", m.Subject).Uint64("generation", f.Epoch).Uint64("current", r.gen).Msg("dropping a frame of another generation")
+		return
+	}
+	acker := t.info.comp == nil
+	spout := !acker && t.info.comp.IsSpout()
 	switch {
-	case f.Kind == wire.KindData && !wantAck:
+	case f.Kind == wire.KindData && !acker && !spout:
 		w.fence(f)
-		select {
-		case t.data <- f:
-		case <-w.ctx.Done():
-			r.tc.discardedRecords.Add(int64(len(f.Records)))
-		}
-	case f.Kind == wire.KindAck && wantAck, f.Kind == wire.KindNotice && !wantAck:
-		select {
-		case t.ctrl <- f:
-		default:
-			r.tc.ctrlDropped.Add(1)
-		}
+		n := int64(len(f.Records))
+		t.enqueue(f, w.ctx, func() { r.tc.discardedRecords.Add(n) })
+	case f.Kind == wire.KindAck && acker, f.Kind == wire.KindNotice && !acker, f.Kind == wire.KindLink:
+		t.enqueue(f, w.ctx, func() {})
 	default:
 		r.tc.badFrames.Add(1)
-		r.log.Debug().Str("subject", m.Subject).Int("kind", int(f.Kind)).Msg("dropping a frame of the wrong kind for its task")
+		r.warn.Warn().Str("subject", m.Subject).Str("kind", f.Kind.String()).Msg("dropping a frame of the wrong kind for its task")
 	}
 }
+
+// frameHeadroom is what a frame needs beyond its records' bytes: the
+// header, and the envelopes the record bound leaves out.
+const frameHeadroom = 4 << 10
 
 // fence removes records from unknown tasks or from a stale incarnation of
 // their worker: a worker that was declared dead and replaced must not be
@@ -201,15 +282,22 @@ func (w *Worker) fence(f *wire.Frame) {
 	f.Records = keep
 }
 
-// onControl handles the topology's control subject: "bp <slot>" and
-// "dead <slot> <incarnation> <crash id> <unix nanos>".
+// onControl handles the topology's control subject: "bp <slot>",
+// "dead <slot> <incarnation> <crash id> <unix nanos>" and
+// "ckpt <op> <epoch> <generation>".
 func (w *Worker) onControl(m *nats.Msg) {
 	fields := strings.Fields(string(m.Data))
 	if len(fields) < 2 {
+		w.badControl(m)
+		return
+	}
+	if fields[0] == "ckpt" {
+		w.onCheckpoint(fields)
 		return
 	}
 	slot, err := strconv.Atoi(fields[1])
 	if err != nil || slot < 0 || slot >= len(w.lastBP) {
+		w.badControl(m)
 		return
 	}
 	switch fields[0] {
@@ -217,12 +305,14 @@ func (w *Worker) onControl(m *nats.Msg) {
 		w.lastBP[slot].Store(time.Now().UnixNano())
 	case "dead":
 		if len(fields) != 5 {
+			w.badControl(m)
 			return
 		}
 		inc, err1 := strconv.ParseUint(fields[2], 10, 64)
 		crash, err2 := strconv.ParseInt(fields[3], 10, 64)
 		at, err3 := strconv.ParseInt(fields[4], 10, 64)
 		if err1 != nil || err2 != nil || err3 != nil {
+			w.badControl(m)
 			return
 		}
 		for {
@@ -231,14 +321,46 @@ func (w *Worker) onControl(m *nats.Msg) {
 				break
 			}
 		}
-		n := deadNotice{slot: slot, incarnation: inc, crash: crash, at: time.Unix(0, at)}
+		n := &deadNotice{slot: slot, incarnation: inc, crash: crash, at: time.Unix(0, at)}
 		for _, t := range w.tasks {
 			if t != nil && t.info.comp != nil && t.info.comp.IsSpout() {
-				select {
-				case t.sys <- n:
-				default:
-				}
+				t.sys.push(sysMsg{dead: n})
 			}
+		}
+	default:
+		w.badControl(m)
+	}
+}
+
+// badControl counts a control message that does not parse, and logs it
+// (sampled: a flood of garbage costs a few lines).
+func (w *Worker) badControl(m *nats.Msg) {
+	w.r.tc.badFrames.Add(1)
+	w.r.warn.Warn().Str("subject", m.Subject).Int("bytes", len(m.Data)).Msg("dropped a control message that does not parse")
+}
+
+// onCheckpoint hands a checkpoint command to the stateful tasks.
+func (w *Worker) onCheckpoint(fields []string) {
+	if len(fields) != 4 {
+		w.r.tc.badFrames.Add(1)
+		return
+	}
+	op, ok := parseCkptOp(fields[1])
+	epoch, err := strconv.ParseUint(fields[2], 10, 64)
+	gen, err2 := strconv.ParseUint(fields[3], 10, 64)
+	if !ok || err != nil || err2 != nil {
+		w.r.tc.badFrames.Add(1)
+		return
+	}
+	if gen != w.r.gen {
+		// A coordinator of another generation (a stale leader).
+		w.r.tc.fencedFrames.Add(1)
+		return
+	}
+	cmd := &ckptCmd{op: op, epoch: epoch}
+	for _, t := range w.tasks {
+		if t != nil && t.info.stateful {
+			t.sys.push(sysMsg{ckpt: cmd})
 		}
 	}
 }
@@ -277,12 +399,16 @@ func (w *Worker) housekeeping(ctx context.Context) {
 	}
 }
 
+// ctrlHighWater is the control queue length, in frames, past which a worker
+// signals backpressure.
+const ctrlHighWater = 1024
+
 // congested reports whether a local task's inbox or NATS backlog is above
 // its high-water mark.
 func (w *Worker) congested() bool {
 	high := w.r.cfg.QueueSize * 3 / 4
 	for _, t := range w.tasks {
-		if t != nil && (len(t.data) >= high || w.r.logFull[t.info.id].Load()) {
+		if t != nil && (len(t.data) >= high || t.ctrl.len() >= ctrlHighWater || w.r.logFull[t.info.id].Load()) {
 			return true
 		}
 	}

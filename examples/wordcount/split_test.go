@@ -2,7 +2,10 @@ package wordcount
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/ackflow/ackflow/topology"
 )
 
 func TestSplitWords(t *testing.T) {
@@ -35,6 +38,43 @@ func TestSplitWords(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("SplitWords(%q) = %q; want %q", tc.line, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkSplitWords is split's user code per line of the bundled text.
+func BenchmarkSplitWords(b *testing.B) {
+	lines := strings.Split(string(Bundled()), "\n")
+	i := 0
+	for b.Loop() {
+		SplitWords(lines[i])
+		if i++; i == len(lines) {
+			i = 0
+		}
+	}
+}
+
+// BenchmarkCountBolt is count's user code per word: a keyed-state counter
+// (hash of the word into a key group, a map increment).
+func BenchmarkCountBolt(b *testing.B) {
+	var words []string
+	for _, l := range strings.Split(string(Bundled()), "\n") {
+		words = append(words, SplitWords(l)...)
+	}
+	c := &CountBolt{}
+	if err := c.Prepare(topology.TaskContext{State: topology.NewState(topology.DefaultKeyGroups)}); err != nil {
+		b.Fatal(err)
+	}
+	schema := topology.NewSchema("word")
+	tuples := make([]topology.Tuple, len(words))
+	for i, w := range words {
+		tuples[i] = topology.Tuple{Values: topology.Values{w}, Schema: schema}
+	}
+	i := 0
+	for b.Loop() {
+		c.Execute(&tuples[i], nil)
+		if i++; i == len(tuples) {
+			i = 0
 		}
 	}
 }

@@ -2,28 +2,41 @@ package wordcount
 
 import (
 	"bufio"
-	"bytes"
-	"context"
-	_ "embed"
-	"errors"
+	"embed"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unicode"
 
+	"github.com/ackflow/ackflow/sources"
 	"github.com/ackflow/ackflow/topology"
 )
 
+// bundledFS holds the text read when no input file is given.
+//
 //go:embed opticks.txt
-var bundled []byte
+var bundledFS embed.FS
+
+const bundledName = "opticks.txt"
 
 // Bundled returns the embedded text read when no input file is given.
-func Bundled() []byte { return bundled }
+func Bundled() []byte { return bundled() }
+
+// bundled reads the text out of bundledFS once. The spout reads bundledFS
+// itself; embedding the file a second time as a []byte would put it into
+// the binary twice.
+var bundled = sync.OnceValue(func() []byte {
+	b, err := fs.ReadFile(bundledFS, bundledName)
+	if err != nil {
+		panic(err) // embedded at build time: cannot be missing
+	}
+	return b
+})
 
 // Config chooses the input and the parallelism of each component.
 type Config struct {
@@ -31,13 +44,21 @@ type Config struct {
 	// Parallelism of lines, split and count (0 means 1, 2, 2).
 	Lines, Split, Count int
 	// LineBytes caps a record's size: a longer line is emitted in pieces of
-	// at most LineBytes, so one record never grows without bound (a word
-	// that straddles a cut counts as two). Default 1 MiB.
+	// LineBytes, so one record never grows without bound (a word that
+	// straddles a cut counts as two). Default 1 MiB (sources.FileConfig.MaxLine).
 	LineBytes int
 	// LinesPerSec paces the spouts (all tasks together); 0 reads as fast as
 	// flow control allows. Benchmarks use it to measure latency at a given
 	// load.
 	LinesPerSec float64
+	// Updates, if set, makes the count bolt emit (word, count) every time
+	// it counts a word, into this sink (sinks.NewFile delivers them exactly
+	// once under exactly-once).
+	Updates func() topology.Bolt
+	// Source, if set, is the spout that reads the lines (one field, the
+	// line) instead of Input: a JetStream stream, say. It must be
+	// topology.Positioned for checkpoints; Lines is its parallelism.
+	Source func() topology.Spout
 }
 
 // Job is a built word count: its topology, the counts it produces, and how
@@ -64,14 +85,16 @@ func New(cfg Config) (*Job, error) {
 	if cfg.Count == 0 {
 		cfg.Count = 2
 	}
-	if cfg.LineBytes == 0 {
-		cfg.LineBytes = 1 << 20
-	}
 	job := &Job{Counts: &Counts{m: map[string]int64{}}}
-	var open func() (io.ReadSeekCloser, error)
+	b := topology.NewBuilder("wordcount")
+	if cfg.Source != nil {
+		b.Spout("lines", cfg.Source, cfg.Lines).Outputs("line")
+		return job.build(b, cfg)
+	}
+	input := sources.FileConfig{Path: cfg.Input, MaxLine: cfg.LineBytes, LinesPerSec: cfg.LinesPerSec, Read: &job.readBytes}
 	if cfg.Input == "" {
-		job.TotalBytes = int64(len(bundled))
-		open = func() (io.ReadSeekCloser, error) { return nopCloser{bytes.NewReader(bundled)}, nil }
+		input.Path, input.FS = bundledName, bundledFS
+		job.TotalBytes = int64(len(Bundled()))
 	} else {
 		st, err := os.Stat(cfg.Input)
 		if err != nil {
@@ -81,17 +104,24 @@ func New(cfg Config) (*Job, error) {
 			return nil, fmt.Errorf("wordcount: input %s is a directory; give a text file", cfg.Input)
 		}
 		job.TotalBytes = st.Size()
-		path := cfg.Input
-		open = func() (io.ReadSeekCloser, error) { return os.Open(path) }
 	}
-	b := topology.NewBuilder("wordcount")
-	b.Spout("lines", func() topology.Spout {
-		return &LineSpout{open: open, size: job.TotalBytes, maxLine: cfg.LineBytes, read: &job.readBytes, rate: cfg.LinesPerSec / float64(cfg.Lines)}
-	}, cfg.Lines).Outputs("line")
+	if err := input.Validate(); err != nil {
+		return nil, fmt.Errorf("wordcount: %w", err)
+	}
+	b.Spout("lines", func() topology.Spout { return sources.NewFile(input) }, cfg.Lines).Outputs("line")
+	return job.build(b, cfg)
+}
+
+// build adds the bolts behind the lines spout.
+func (job *Job) build(b *topology.Builder, cfg Config) (*Job, error) {
 	b.BasicBolt("split", func() topology.BasicBolt { return &SplitBolt{} }, cfg.Split).
 		Input("lines", topology.Shuffle()).Outputs("word")
-	b.BasicBolt("count", func() topology.BasicBolt { return &CountBolt{sink: job.Counts} }, cfg.Count).
-		Input("split", topology.Fields("word"))
+	count := b.BasicBolt("count", func() topology.BasicBolt { return &CountBolt{sink: job.Counts, updates: cfg.Updates != nil} }, cfg.Count).
+		Input("split", topology.Fields("word")).KeyedState()
+	if cfg.Updates != nil {
+		count.Outputs("word", "count")
+		b.Bolt("updates", cfg.Updates, cfg.Count).Input("count", topology.Fields("word"))
+	}
 	topo, err := b.Build()
 	if err != nil {
 		return nil, err
@@ -99,126 +129,6 @@ func New(cfg Config) (*Job, error) {
 	job.Topology = topo
 	return job, nil
 }
-
-type nopCloser struct{ *bytes.Reader }
-
-func (nopCloser) Close() error { return nil }
-
-// LineSpout emits the lines of one byte range of the input: task i of n
-// reads the lines that start in [i*size/n, (i+1)*size/n). A record's
-// message ID is the byte offset of its line, so replays are recognisable.
-type LineSpout struct {
-	open    func() (io.ReadSeekCloser, error)
-	size    int64
-	maxLine int
-	read    *atomic.Int64
-	rate    float64 // lines per second for this task; 0: unpaced
-
-	started time.Time
-	lines   int64
-
-	f        io.ReadSeekCloser
-	r        *bufio.Reader
-	pos, end int64
-	midLine  bool // the last piece read ended inside an over-long line
-	out      topology.SpoutCollector
-}
-
-// Open seeks to the start of the task's range (the first line that starts
-// in it).
-func (s *LineSpout) Open(tc topology.TaskContext, out topology.SpoutCollector) error {
-	f, err := s.open()
-	if err != nil {
-		return fmt.Errorf("wordcount: %w", err)
-	}
-	s.f, s.out = f, out
-	start := s.size * int64(tc.Index) / int64(tc.Parallelism)
-	s.end = s.size * int64(tc.Index+1) / int64(tc.Parallelism)
-	s.r = bufio.NewReaderSize(f, 64<<10)
-	if start > 0 {
-		// A line that starts before our range belongs to the previous task:
-		// skip to the first line that starts at or after start.
-		if _, err := f.Seek(start-1, io.SeekStart); err != nil {
-			return fmt.Errorf("wordcount: %w", err)
-		}
-		s.r.Reset(f)
-		s.pos = start - 1
-		for {
-			c, err := s.r.ReadByte()
-			if err == io.EOF {
-				s.pos = s.end
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("wordcount: %w", err)
-			}
-			s.pos++
-			if c == '\n' {
-				break
-			}
-		}
-	}
-	return nil
-}
-
-// Next emits up to 256 lines, fewer when paced.
-func (s *LineSpout) Next(ctx context.Context) error {
-	n := 256
-	if s.rate > 0 {
-		if s.started.IsZero() {
-			s.started = time.Now()
-		}
-		due := int64(time.Since(s.started).Seconds()*s.rate) + 1
-		n = int(min(int64(n), due-s.lines))
-	}
-	for i := 0; i < n; i++ {
-		if s.pos >= s.end && !s.midLine {
-			return topology.ErrExhausted
-		}
-		line, err := s.readLine()
-		if len(line) > 0 || err == nil {
-			start := s.pos
-			s.pos += int64(len(line))
-			s.midLine = len(line) > 0 && line[len(line)-1] != '\n'
-			s.read.Add(int64(len(line)))
-			text := strings.TrimRight(string(line), "\r\n")
-			s.out.Emit(topology.MsgID{Offset: start}, topology.Values{text})
-			s.lines++
-		}
-		if err == io.EOF {
-			return topology.ErrExhausted
-		}
-		if err != nil {
-			return fmt.Errorf("wordcount: reading input: %w", err)
-		}
-	}
-	return nil
-}
-
-// readLine returns the next line with its newline, cut at maxLine bytes.
-func (s *LineSpout) readLine() ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := s.r.ReadSlice('\n')
-		line = append(line, chunk...)
-		if errors.Is(err, bufio.ErrBufferFull) && len(line) < s.maxLine {
-			continue
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			err = nil
-		}
-		return line, err
-	}
-}
-
-// Ack is a no-op: the file needs no commit.
-func (s *LineSpout) Ack(topology.MsgID) {}
-
-// Fail is a no-op: the runtime replays the line it kept.
-func (s *LineSpout) Fail(topology.MsgID) {}
-
-// Close closes the file.
-func (s *LineSpout) Close() error { return s.f.Close() }
 
 // SplitWords splits text into lowercase words: maximal runs of letters and
 // digits. The JetStream baseline in package bench uses it too, so both
@@ -247,47 +157,44 @@ func (*SplitBolt) Execute(in *topology.Tuple, out topology.BasicCollector) error
 
 func (*SplitBolt) Cleanup() error { return nil }
 
-// CountBolt counts words. Its state is a map; Snapshot and Restore make it
-// a stateful bolt for the runtime.
+// CountBolt counts words in keyed state, which the runtime snapshots at
+// checkpoints and restores after failures; the key is the word, the field
+// the bolt's input is grouped by, so each word's count lives in the task
+// that gets the word. With updates on, it emits (word, count) every time it
+// counts a word.
 type CountBolt struct {
-	sink   *Counts
-	counts map[string]int64
+	sink    *Counts
+	updates bool
+	counts  *topology.Counters
 }
 
-func (c *CountBolt) Prepare(topology.TaskContext) error {
-	c.counts = map[string]int64{}
+func (c *CountBolt) Prepare(tc topology.TaskContext) error {
+	c.counts = tc.State.Counters("counts")
 	return nil
 }
 
-func (c *CountBolt) Execute(in *topology.Tuple, _ topology.BasicCollector) error {
+func (c *CountBolt) Execute(in *topology.Tuple, out topology.BasicCollector) error {
 	w, err := in.String(0)
 	if err != nil {
 		return err
 	}
-	c.counts[w]++
-	return nil
-}
-
-// Cleanup hands the task's counts to the job's result.
-func (c *CountBolt) Cleanup() error {
-	c.sink.merge(c.counts)
-	return nil
-}
-
-// Snapshot encodes the counts as word<TAB>count lines.
-func (c *CountBolt) Snapshot() ([]byte, error) {
-	var buf bytes.Buffer
-	writeCounts(&buf, c.counts)
-	return buf.Bytes(), nil
-}
-
-// Restore replaces the counts with a snapshot's.
-func (c *CountBolt) Restore(snap []byte) error {
-	m, err := ReadCounts(bytes.NewReader(snap))
-	if err != nil {
-		return err
+	n := c.counts.Add(w, 1)
+	if c.updates {
+		return out.Emit(topology.Values{w, n})
 	}
-	c.counts = m
+	return nil
+}
+
+// Cleanup hands the task's counts to the job's result. A task that dies
+// never gets here; its state comes back from a checkpoint in the task that
+// replaces it.
+func (c *CountBolt) Cleanup() error {
+	m := make(map[string]int64, c.counts.Len())
+	c.counts.Range(func(w string, n int64) bool {
+		m[w] = n
+		return true
+	})
+	c.sink.merge(m)
 	return nil
 }
 

@@ -2,56 +2,32 @@ package wordcount_test
 
 import (
 	"context"
-
 	"fmt"
-	"github.com/ackflow/ackflow/chaos"
-	"math/rand/v2"
+	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/ackflow/ackflow/chaos"
 	"github.com/ackflow/ackflow/examples/wordcount"
 	"github.com/ackflow/ackflow/workers"
 	"go.uber.org/goleak"
 )
 
-// randomText writes lines of random words from a Zipf-like vocabulary and
-// returns the path and the oracle counts computed independently here.
+// randomText writes random lines to a file and returns its path and the
+// oracle: the counts of the words the generator wrote, computed without the
+// topology's split.
 func randomText(t *testing.T, lines int, seed uint64) (string, map[string]int64) {
 	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 1))
-	vocab := make([]string, 5000)
-	for i := range vocab {
-		n := 2 + rng.IntN(8)
-		var b strings.Builder
-		for j := 0; j < n; j++ {
-			b.WriteByte(byte('a' + rng.IntN(26)))
-		}
-		vocab[i] = b.String()
-	}
-	zipf := rand.NewZipf(rng, 1.2, 1, uint64(len(vocab)-1))
-	oracle := map[string]int64{}
-	var sb strings.Builder
-	for i := 0; i < lines; i++ {
-		n := rng.IntN(15)
-		for j := 0; j < n; j++ {
-			w := vocab[zipf.Uint64()]
-			if j > 0 {
-				sb.WriteString([]string{" ", ", ", " -- ", ". "}[rng.IntN(4)])
-			}
-			if rng.IntN(10) == 0 {
-				sb.WriteString(strings.ToUpper(w)) // the split lowercases
-			} else {
-				sb.WriteString(w)
-			}
-			oracle[w]++
-		}
-		sb.WriteByte('\n')
-	}
 	path := filepath.Join(t.TempDir(), "input.txt")
-	if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	oracle, err := wordcount.RandomText(f, lines, seed)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return path, oracle
@@ -163,7 +139,9 @@ func runPaced(t *testing.T, lines int, linesPerSec float64, seed uint64, edit fu
 	return sum, job.Counts.Map(), oracle
 }
 
-var lossy = chaos.Config{Drop: 0.05, Dup: 0.01, Reorder: 0.1, Delay: 2 * time.Millisecond, DelayProb: 0.3, Seed: 7}
+// lossy loses, duplicates, reorders and delays frames, which loss recovery
+// repairs, and fails a few inputs in bolts, which only replays repair.
+var lossy = chaos.Config{Drop: 0.05, Dup: 0.01, Reorder: 0.1, Delay: 2 * time.Millisecond, DelayProb: 0.3, Fail: 0.005, Seed: 7}
 
 func TestAtLeastOnceNoChaosIsExact(t *testing.T) {
 	defer goleak.VerifyNone(t)
@@ -179,8 +157,9 @@ func TestAtLeastOnceUnderLossyChaos(t *testing.T) {
 		c.BatchSize = 64
 	})
 	atLeast(t, got, oracle)
-	if sum.Chaos.RecordsDropped == 0 || sum.Component("lines").Replayed == 0 {
-		t.Fatalf("chaos dropped nothing or nothing was replayed; the test proves nothing")
+	if sum.Chaos.RecordsDropped == 0 || sum.Resent == 0 || sum.Component("lines").Replayed == 0 {
+		t.Fatalf("chaos dropped nothing (%d), nothing was resent (%d) or replayed (%d); the test proves nothing",
+			sum.Chaos.RecordsDropped, sum.Resent, sum.Component("lines").Replayed)
 	}
 }
 
@@ -218,7 +197,7 @@ func TestAtLeastOnceWithWorkerCrashes(t *testing.T) {
 	}
 }
 
-var lossyDup = chaos.Config{Drop: 0.05, Dup: 0.05, Reorder: 0.1, Delay: 2 * time.Millisecond, DelayProb: 0.3, Seed: 17}
+var lossyDup = chaos.Config{Drop: 0.05, Dup: 0.05, Reorder: 0.1, Delay: 2 * time.Millisecond, DelayProb: 0.3, Fail: 0.01, Seed: 17}
 
 func TestDedupMakesAtLeastOnceExactUnderChaos(t *testing.T) {
 	defer goleak.VerifyNone(t)
@@ -288,4 +267,58 @@ func TestTinyBloomFilterLosesNothing(t *testing.T) {
 		t.Fatal("no Bloom suspect was counted; the filter is not tiny enough to prove anything")
 	}
 	t.Logf("suspects %d, duplicates %d, est. false-positive rate %.2f", count.Suspects, count.DuplicatesDropped, count.BloomFPRate)
+}
+
+// TestHugeRatesMeanUnpaced: a rate too large to pace (1e30, +Inf) reads as
+// fast as flow control allows instead of overflowing into a stall, and a
+// rate that is not a number is refused.
+func TestHugeRatesMeanUnpaced(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, rate := range []float64{1e30, math.Inf(1)} {
+		job, err := wordcount.New(wordcount.Config{LinesPerSec: rate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := workers.DefaultConfig()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		sum, err := workers.RunLocal(ctx, job.Topology, cfg)
+		cancel()
+		if err != nil {
+			t.Fatalf("rate %v: %v", rate, err)
+		}
+		if sum.Component("lines").Emitted == 0 {
+			t.Fatalf("rate %v: nothing read", rate)
+		}
+	}
+	for _, rate := range []float64{math.NaN(), -1} {
+		if _, err := wordcount.New(wordcount.Config{LinesPerSec: rate}); err == nil {
+			t.Fatalf("rate %v accepted", rate)
+		}
+	}
+}
+
+// TestReadBytesReachesTotal: the counter the CLI's progress bar reads
+// ends at the input's size, for the bundled text and for a file, with
+// several spout tasks.
+func TestReadBytesReachesTotal(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	path, _ := randomText(t, 5000, 50)
+	for _, input := range []string{"", path} {
+		job, err := wordcount.New(wordcount.Config{Input: input, Lines: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if job.ReadBytes() != 0 || job.TotalBytes == 0 {
+			t.Fatalf("input %q: read %d of %d bytes before the run", input, job.ReadBytes(), job.TotalBytes)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err = workers.RunLocal(ctx, job.Topology, workers.DefaultConfig())
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if job.ReadBytes() != job.TotalBytes {
+			t.Fatalf("input %q: read %d of %d bytes", input, job.ReadBytes(), job.TotalBytes)
+		}
+	}
 }

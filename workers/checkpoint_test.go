@@ -1,0 +1,369 @@
+package workers_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ackflow/ackflow/chaos"
+	"github.com/ackflow/ackflow/checkpoint"
+	"github.com/ackflow/ackflow/flowtest"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/workers"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+)
+
+// rewindable is the numbers spout with a position: the next number.
+type rewindable struct{ numbers }
+
+func (r *rewindable) Position() ([]byte, error) { return binary.AppendVarint(nil, r.next), nil }
+func (r *rewindable) Seek(pos []byte) error {
+	n, k := binary.Varint(pos)
+	if k <= 0 {
+		return errors.New("bad position")
+	}
+	r.next = n
+	// Pace from here on, not from the first number again.
+	r.start = time.Now().Add(-time.Duration(float64(r.d) * float64(n) / float64(max(r.n, 1))))
+	return nil
+}
+
+// keyedCounter counts its inputs in keyed state and, when its task ends
+// normally, adds what the state holds to a shared result: crashed tasks
+// never get there, so the result is what the surviving state says.
+type keyedCounter struct {
+	out    topology.Collector
+	counts *topology.Counters
+	mu     *sync.Mutex
+	result map[string]int64
+}
+
+func (k *keyedCounter) Prepare(tc topology.TaskContext, out topology.Collector) error {
+	k.out, k.counts = out, tc.State.Counters("seen")
+	return nil
+}
+
+func (k *keyedCounter) Execute(in *topology.Tuple) {
+	n, _ := in.Int(0)
+	k.counts.Add(strconv.FormatInt(n, 10), 1)
+	k.out.Emit(in, topology.Values{n})
+	k.out.Ack(in)
+}
+
+func (k *keyedCounter) Cleanup() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.counts.Range(func(key string, n int64) bool {
+		k.result[key] += n
+		return true
+	})
+	return nil
+}
+
+func checkpointTopology(t *testing.T, name string, n int64, d time.Duration, result map[string]int64, mu *sync.Mutex) *topology.Topology {
+	b := topology.NewBuilder(name)
+	b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: d}} }, 1).Outputs("n")
+	b.Bolt("pre", func() topology.Bolt { return &pass{} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+	b.Bolt("count", func() topology.Bolt { return &keyedCounter{mu: mu, result: result} }, 2).KeyedState().
+		Input("pre", topology.Fields("n")).Outputs("n")
+	b.Bolt("sink", flowtest.NewSink().Bolt, 1).Input("count", topology.Shuffle())
+	return build(t, b)
+}
+
+func expectCounted(t *testing.T, result map[string]int64, n int64) {
+	t.Helper()
+	for i := int64(0); i < n; i++ {
+		if got := result[strconv.FormatInt(i, 10)]; got != 1 {
+			t.Fatalf("%d counted %d times, want 1", i, got)
+		}
+	}
+	if len(result) != int(n) {
+		t.Fatalf("%d keys counted, want %d", len(result), n)
+	}
+}
+
+// TestExactlyOnceStateSurvivesCrashesOfAnyWorker crashes workers at random,
+// those with the spout and the keyed state included, under frame chaos and
+// injected failures: the state the run ends with counts every input once.
+func TestExactlyOnceStateSurvivesCrashesOfAnyWorker(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 4000
+	var mu sync.Mutex
+	result := map[string]int64{}
+	topo := checkpointTopology(t, "eo-crash", n, 3*time.Second, result, &mu)
+	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{
+		Guarantee: workers.ExactlyOnce,
+		Workers:   3,
+		Chaos:     chaos.Config{Drop: 0.03, Dup: 0.02, Reorder: 0.05, Fail: 0.005, CrashEvery: 800 * time.Millisecond, Seed: 41},
+		Configure: func(c *workers.Config) {
+			c.CheckpointEvery = 200 * time.Millisecond
+			c.MaxAttempts = 0
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sum.Checkpoints
+	t.Logf("%v; checkpoints %+v; crashes %d; recoveries %v", sum.Duration, c, sum.Crashes, sum.Recoveries)
+	if sum.Crashes == 0 || c.Rollbacks == 0 || c.Taken == 0 {
+		t.Fatalf("crashes %d, rollbacks %d, checkpoints %d: the test proves nothing", sum.Crashes, c.Rollbacks, c.Taken)
+	}
+	expectCounted(t, result, n)
+}
+
+// TestResumeFromCheckpointDirectory stops a run midway and starts it again
+// from its checkpoint directory: nothing is counted twice or skipped.
+func TestResumeFromCheckpointDirectory(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 3000
+	dir := t.TempDir()
+	store, err := checkpoint.NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	result := map[string]int64{}
+	cfg := func(resume bool) func(*workers.Config) {
+		return func(c *workers.Config) {
+			c.CheckpointEvery = 100 * time.Millisecond
+			c.Checkpoints, c.Resume = store, resume
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	defer cancel()
+	first, err := flowtest.Run(ctx, checkpointTopology(t, "resume", n, 3*time.Second, result, &mu), flowtest.Options{Guarantee: workers.ExactlyOnce, Configure: cfg(false)})
+	if err == nil || first == nil || first.Checkpoints.Taken == 0 {
+		t.Fatalf("the first run should be stopped midway after checkpoints: %v %+v", err, first)
+	}
+	// The stopped run's tasks ran Cleanup: forget what they added, since
+	// the state of the resumed run starts from the checkpoint.
+	mu.Lock()
+	clear(result)
+	mu.Unlock()
+	second, err := flowtest.Run(context.Background(), checkpointTopology(t, "resume", n, 0, result, &mu), flowtest.Options{Guarantee: workers.ExactlyOnce, Configure: cfg(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Checkpoints.RestoredFrom == 0 {
+		t.Fatal("the second run did not resume from a checkpoint")
+	}
+	t.Logf("resumed from epoch %d (of %d taken)", second.Checkpoints.RestoredFrom, first.Checkpoints.Taken)
+	expectCounted(t, result, n)
+}
+
+// TestResumeWithOtherParallelism stops a run midway and resumes it with
+// three counting tasks instead of two (and one "pre" instead of two): the
+// keyed state is split by key group, so nothing is counted twice or lost.
+// Changing the spout's parallelism is refused with a reason.
+func TestResumeWithOtherParallelism(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 3000
+	store := checkpoint.NewMemory()
+	var mu sync.Mutex
+	result := map[string]int64{}
+	cfg := func(resume bool, par map[string]int) func(*workers.Config) {
+		return func(c *workers.Config) {
+			c.CheckpointEvery = 100 * time.Millisecond
+			c.Checkpoints, c.Resume, c.Parallelism = store, resume, par
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1200*time.Millisecond)
+	defer cancel()
+	first, err := flowtest.Run(ctx, checkpointTopology(t, "rescale", n, 3*time.Second, result, &mu), flowtest.Options{Guarantee: workers.ExactlyOnce, Configure: cfg(false, nil)})
+	if err == nil || first == nil || first.Checkpoints.Taken == 0 {
+		t.Fatalf("the first run should be stopped midway after checkpoints: %v %+v", err, first)
+	}
+	mu.Lock()
+	clear(result)
+	mu.Unlock()
+	_, err = flowtest.Run(context.Background(), checkpointTopology(t, "rescale", n, 0, result, &mu), flowtest.Options{Guarantee: workers.ExactlyOnce, Configure: cfg(true, map[string]int{"numbers": 2})})
+	if err == nil || !strings.Contains(err.Error(), "spout numbers had 1 tasks") {
+		t.Fatalf("resuming with another spout parallelism: %v", err)
+	}
+	mu.Lock()
+	clear(result)
+	mu.Unlock()
+	second, err := flowtest.Run(context.Background(), checkpointTopology(t, "rescale", n, 0, result, &mu), flowtest.Options{Guarantee: workers.ExactlyOnce, Workers: 2, Configure: cfg(true, map[string]int{"count": 3, "pre": 1})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Checkpoints.RestoredFrom == 0 {
+		t.Fatal("the second run did not resume from a checkpoint")
+	}
+	expectCounted(t, result, n)
+}
+
+// TestAtLeastOnceWithCheckpointsLosesNothing: with checkpoints on,
+// at-least-once survives crashes of any worker too.
+func TestAtLeastOnceWithCheckpointsLosesNothing(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 3000
+	var mu sync.Mutex
+	result := map[string]int64{}
+	topo := checkpointTopology(t, "alo-crash", n, 2*time.Second, result, &mu)
+	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{
+		Guarantee: workers.AtLeastOnce,
+		Workers:   3,
+		Chaos:     chaos.Config{Drop: 0.03, Fail: 0.005, CrashEvery: 700 * time.Millisecond, Seed: 43},
+		Configure: func(c *workers.Config) {
+			c.CheckpointEvery = 150 * time.Millisecond
+			c.MaxAttempts = 0
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Crashes == 0 || sum.Checkpoints.Rollbacks == 0 {
+		t.Fatalf("crashes %d, rollbacks %d: the test proves nothing", sum.Crashes, sum.Checkpoints.Rollbacks)
+	}
+	expectCounted(t, result, n)
+}
+
+// TestCorruptCheckpointFallsBackToThePreviousOne corrupts the newest
+// checkpoint of a stopped run: resuming refuses it, says why, and restores
+// the one before, still counting everything once.
+func TestCorruptCheckpointFallsBackToThePreviousOne(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 3000
+	store := checkpoint.NewMemory()
+	var mu sync.Mutex
+	result := map[string]int64{}
+	cfg := func(resume bool) func(*workers.Config) {
+		return func(c *workers.Config) {
+			c.CheckpointEvery, c.KeepCheckpoints = 100*time.Millisecond, 5
+			c.Checkpoints, c.Resume = store, resume
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := flowtest.Run(ctx, checkpointTopology(t, "corrupt", n, 3*time.Second, result, &mu), flowtest.Options{Guarantee: workers.ExactlyOnce, Configure: cfg(false)}); err == nil {
+		t.Fatal("the first run should be stopped midway")
+	}
+	epochs, err := checkpoint.ListEpochs(context.Background(), store, "corrupt")
+	if err != nil || len(epochs) < 2 || epochs[0].Manifest == nil {
+		t.Fatalf("epochs %+v, %v", epochs, err)
+	}
+	newest := epochs[0]
+	obj := newest.Manifest.Tasks[0].Object
+	blob, _ := store.Get(context.Background(), obj)
+	blob[len(blob)-1] ^= 0xff
+	store.Put(context.Background(), obj, blob)
+	mu.Lock()
+	clear(result)
+	mu.Unlock()
+	lines := &logLines{}
+	lg := zerolog.New(lines).Level(zerolog.WarnLevel)
+	sum, err := flowtest.Run(context.Background(), checkpointTopology(t, "corrupt", n, 0, result, &mu), flowtest.Options{Guarantee: workers.ExactlyOnce, Configure: cfg(true), Logger: &lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Checkpoints.RestoredFrom == 0 || sum.Checkpoints.RestoredFrom >= newest.Epoch {
+		t.Fatalf("restored from epoch %d; the corrupted one is %d", sum.Checkpoints.RestoredFrom, newest.Epoch)
+	}
+	expectCounted(t, result, n)
+	if !lines.has(fmt.Sprintf("epoch %d", newest.Epoch)) {
+		t.Fatalf("no warning names the refused epoch %d:\n%s", newest.Epoch, lines.String())
+	}
+}
+
+// logLines keeps log lines for a test to look at.
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *logLines) has(s string) bool { return strings.Contains(l.String(), s) }
+
+// plainSpout cannot rewind.
+type plainSpout struct{ numbers }
+
+func TestCheckpointsNeedSpoutsThatRewind(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	b := topology.NewBuilder("plain")
+	b.Spout("numbers", func() topology.Spout { return &plainSpout{numbers{n: 10}} }, 1).Outputs("n")
+	b.Bolt("sink", flowtest.NewSink().Bolt, 1).Input("numbers", topology.Shuffle())
+	_, err := flowtest.Run(context.Background(), build(t, b), flowtest.Options{Guarantee: workers.ExactlyOnce})
+	if err == nil || !strings.Contains(err.Error(), "spout numbers cannot rewind") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// outage is a checkpoint store that fails every write while down is set,
+// as a full disk or an unreachable object store would.
+type outage struct {
+	*checkpoint.Memory
+	down   atomic.Bool
+	failed atomic.Int64
+}
+
+func (o *outage) Put(ctx context.Context, name string, data []byte) error {
+	if o.down.Load() {
+		o.failed.Add(1)
+		return fmt.Errorf("checkpoint: cannot store %s: no space left on device (injected)", name)
+	}
+	return o.Memory.Put(ctx, name, data)
+}
+
+// TestCheckpointStoreFailures takes the checkpoint store away for part of
+// an exactly-once run with crashes: the checkpoints of that time are
+// abandoned, counted and logged with the store's error, the run goes on,
+// later checkpoints succeed, and a crash during the outage rolls back to
+// the last good one, so every input still counts once.
+func TestCheckpointStoreFailures(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 4000
+	store := &outage{Memory: checkpoint.NewMemory()}
+	var mu sync.Mutex
+	result := map[string]int64{}
+	lines := &logLines{}
+	lg := zerolog.New(lines).Level(zerolog.WarnLevel)
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		store.down.Store(true)
+		time.Sleep(900 * time.Millisecond)
+		store.down.Store(false)
+	}()
+	sum, err := flowtest.Run(context.Background(), checkpointTopology(t, "outage", n, 3*time.Second, result, &mu), flowtest.Options{
+		Guarantee: workers.ExactlyOnce,
+		Workers:   3,
+		Chaos:     chaos.Config{CrashEvery: time.Second, Seed: 44},
+		Logger:    &lg,
+		Configure: func(c *workers.Config) {
+			c.CheckpointEvery = 100 * time.Millisecond
+			c.Checkpoints = store
+			c.MaxAttempts = 0
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sum.Checkpoints
+	t.Logf("%v; checkpoints %+v; %d writes failed; crashes %d", sum.Duration, c, store.failed.Load(), sum.Crashes)
+	if store.failed.Load() == 0 || c.Abandoned == 0 || c.Taken == 0 || sum.Crashes == 0 {
+		t.Fatalf("writes failed %d, abandoned %d, taken %d, crashes %d: the test proves nothing", store.failed.Load(), c.Abandoned, c.Taken, sum.Crashes)
+	}
+	if !lines.has("checkpoint abandoned") || !lines.has("no space left on device (injected)") {
+		t.Fatalf("no warning says a checkpoint was abandoned and why:\n%.3000s", lines.String())
+	}
+	expectCounted(t, result, n)
+}

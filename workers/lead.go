@@ -1,0 +1,428 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ackflow/ackflow/checkpoint"
+	"github.com/ackflow/ackflow/cluster"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/nats-io/nats.go"
+)
+
+// leading is the leader's work for one topology, for as long as it leads:
+// it writes a new generation when the live workers or the submission
+// change, begins and checkpoints the current one (Leader), stops the
+// topology when it is killed, and ends it when its sources are exhausted.
+type leading struct {
+	r      *runner
+	ctx    context.Context
+	live   []cluster.Member
+	names  atomic.Pointer[[]string] // the live members' names, for probe
+	gone   map[string]bool          // live members whose process is gone (probe)
+	lg     *Leader
+	streak int // consecutive status rounds in which the sources were done
+
+	// A failover in progress, for the recovery metric: when the loss of a
+	// worker was noticed, and the generation that replaces it (once it
+	// begins, the failover is over).
+	lostAt     time.Time
+	recovering *Leader
+}
+
+// leadTopology is the election's onLead: it returns when ctx ends (the
+// lead is lost, or the worker stops).
+func (r *runner) leadTopology(ctx context.Context) {
+	r.log.Info().Msg("leading the topology")
+	l := &leading{r: r, ctx: ctx}
+	defer l.closeLeader()
+	ms := l.watchMembers()
+	gone := make(chan map[string]bool)
+	go l.probe(gone)
+	tick := time.NewTicker(r.n.cfg.StatusEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.log.Info().Msg("no longer leading the topology")
+			return
+		case live, ok := <-ms:
+			if !ok {
+				ms = l.watchMembers()
+				continue
+			}
+			l.live = live
+			names := make([]string, len(live))
+			for i, m := range live {
+				names[i] = m.Name
+			}
+			l.names.Store(&names)
+		case g := <-gone:
+			l.gone = g
+		case <-r.lead:
+		case <-tick.C:
+		}
+		if l.live == nil {
+			continue // the first membership list comes first
+		}
+		if err := l.decide(); err != nil && ctx.Err() == nil {
+			r.log.Warn().Err(err).Msg("leader: will look again")
+		}
+	}
+}
+
+// watchMembers watches the live workers, retrying until it can.
+func (l *leading) watchMembers() <-chan []cluster.Member {
+	for l.ctx.Err() == nil {
+		ch, err := l.r.n.members.Watch(l.ctx)
+		if err == nil {
+			return ch
+		}
+		l.r.log.Warn().Err(err).Msg("leader: cannot watch the members; retrying")
+		sleepCtx(l.ctx, time.Second)
+	}
+	return nil
+}
+
+// probe asks every live member's process whether it is there, every
+// 200ms, and sends the set of those gone (two "no responders" in a row)
+// when it changes. A killed worker is gone from NATS at once, while its
+// membership entry lives until its TTL runs out.
+func (l *leading) probe(out chan<- map[string]bool) {
+	nc := l.r.n.nc
+	misses := map[string]int{}
+	var sent map[string]bool
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+		}
+		names := l.names.Load()
+		if names == nil {
+			continue
+		}
+		gone := map[string]bool{}
+		for _, name := range *names {
+			_, err := nc.Request(presenceSubject(name), nil, 150*time.Millisecond)
+			switch {
+			case errors.Is(err, nats.ErrNoResponders):
+				misses[name]++
+			case err == nil:
+				misses[name] = 0
+			}
+			if misses[name] >= 2 {
+				gone[name] = true
+			}
+		}
+		if !maps.Equal(gone, sent) {
+			select {
+			case out <- gone:
+				sent = gone
+			case <-l.ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// lease is the leader's fencing check before it commits a checkpoint.
+func (l *leading) lease() error { return cluster.LeaseValid(l.ctx) }
+
+func (l *leading) closeLeader() {
+	if l.lg != nil {
+		l.lg.Close()
+		l.r.setLeader(nil)
+		l.lg = nil
+	}
+}
+
+// eligible are the live workers that have this topology in the same
+// version as this one.
+func (l *leading) eligible() []string {
+	want := l.r.n.prints[l.r.name]
+	var names []string
+	for _, m := range l.live {
+		if fp, ok := m.Topologies[l.r.name]; ok && fp == want && !l.gone[m.Name] {
+			names = append(names, m.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// decide looks at the submission, the live workers and the current
+// generation, and acts.
+func (l *leading) decide() error {
+	r := l.r
+	now := time.Now()
+	l.noteRecovery()
+	spec, specRev, ok := r.currentSpec()
+	if !ok {
+		l.closeLeader()
+		return nil
+	}
+	gen, genRev, err := r.n.gens.Current(l.ctx, r.name)
+	invalid := false
+	switch {
+	case errors.Is(err, cluster.ErrNotFound):
+		genRev = 0
+	case errors.Is(err, cluster.ErrInvalidEntry):
+		// Something else wrote over the generation. The workers ignore
+		// it and run the one before; a new generation replaces it, as
+		// after the loss of a worker (exactly-once rolls back to the
+		// latest checkpoint).
+		invalid = true
+		r.invalid.Add(1)
+		r.log.Warn().Err(err).Uint64("revision", genRev).Msg("writing a new generation over an invalid entry")
+		gen = cluster.Generation{Topology: r.name}
+		if l.lg != nil {
+			gen.Number = l.lg.g.Number // the one the workers still run, for kill
+		}
+	case err != nil:
+		return err
+	}
+	topo, err := r.topology(spec, specRev)
+	if err != nil {
+		return l.refuse(spec, specRev, err)
+	}
+	cfg, err := r.config(spec)
+	if err != nil {
+		return l.refuse(spec, specRev, err)
+	}
+	tasks, err := Tasks(topo, cfg)
+	if err != nil {
+		return l.refuse(spec, specRev, err)
+	}
+	if spec.State == cluster.StateKilling {
+		return l.kill(spec, specRev, gen)
+	}
+	names := l.eligible()
+	if len(names) == 0 {
+		return fmt.Errorf("no live worker has this version of %s", r.name)
+	}
+	ids := make([]int, len(tasks))
+	par := map[string]int{}
+	for i, t := range tasks {
+		ids[i] = t.ID
+		if t.Component != ackerComponent {
+			par[t.Component] = t.Index + 1
+		}
+	}
+	assign := cluster.Assign(r.name, ids, names)
+	current := genRev != 0 && (invalid || !gen.Created.Before(spec.Submitted))
+	var reason string
+	handover, lost := false, false
+	switch {
+	case invalid:
+		reason, lost = "the generation entry was invalid", true
+	case !current:
+		reason = "submitted"
+	case !allLive(slots(gen), names):
+		reason, lost = "worker "+strings.Join(missing(slots(gen), names), ", ")+" left", true
+	case !maps.Equal(gen.Parallelism, par):
+		reason, handover = "rebalanced", true
+	case !maps.Equal(gen.Assignment, assign):
+		reason, handover = "worker "+strings.Join(missing(names, slots(gen)), ", ")+" joined", true
+	}
+	if reason == "" {
+		if err := l.adopt(gen, topo, cfg); err != nil {
+			return err
+		}
+		return l.checkFinished(spec, specRev, gen)
+	}
+	restore, err := l.restorePoint(spec, gen, current, handover, Fingerprint(topo))
+	if err != nil {
+		return err
+	}
+	l.closeLeader()
+	next := cluster.Generation{Topology: r.name, Number: 1, Parallelism: par, Assignment: assign, RestoreFrom: restore,
+		Leader: r.n.cfg.Name, Created: time.Now(), Reason: reason, Fingerprint: Fingerprint(topo)}
+	switch {
+	case invalid:
+		// Above every number before it (see cluster's checkNumber).
+		next.Number = genRev + 1
+	case genRev != 0:
+		next.Number = gen.Number + 1
+	}
+	if _, err := r.n.gens.Next(l.ctx, next, genRev); err != nil {
+		return err
+	}
+	r.log.Info().Uint64("generation", next.Number).Str("reason", reason).Uint64("restore_from", restore).Strs("workers", names).Msg("new generation")
+	l.streak = 0
+	if err := l.adopt(next, topo, cfg); err != nil {
+		return err
+	}
+	if lost || l.recovering != nil {
+		// A failover ends when the lost tasks run again: in this
+		// generation, also when it replaced that of an earlier loss that
+		// had not begun yet, which extends the failover.
+		if l.recovering == nil {
+			l.lostAt = now
+		}
+		l.recovering = l.lg
+	}
+	return nil
+}
+
+// noteRecovery records the failover in progress as the topology's latest
+// once its generation has begun: the time from noticing the loss until
+// the lost tasks run again.
+func (l *leading) noteRecovery() {
+	if l.recovering == nil {
+		return
+	}
+	if began, ok := l.recovering.beganAt(); ok {
+		l.r.recovery.Store(int64(began.Sub(l.lostAt)))
+		l.recovering = nil
+	}
+}
+
+// refuse says why the submission cannot run; it stays submitted, so that
+// an operator sees the reason in ackflow status and kills it.
+func (l *leading) refuse(spec cluster.Spec, rev uint64, err error) error {
+	return fmt.Errorf("the submission cannot run: %w", err)
+}
+
+// adopt leads gen if this leader does not yet: it begins it, if its
+// workers have not begun, and checkpoints it.
+func (l *leading) adopt(gen cluster.Generation, topo *topology.Topology, cfg Config) error {
+	if l.lg != nil && l.lg.g.Number == gen.Number {
+		return nil
+	}
+	l.closeLeader()
+	wg, err := layout(gen)
+	if err != nil {
+		return err
+	}
+	l.lg, err = LeadGeneration(l.ctx, topo, cfg, wg, l.lease)
+	if err != nil {
+		return err
+	}
+	l.r.setLeader(l.lg)
+	return nil
+}
+
+// restorePoint is the checkpoint a new generation starts from. A handover
+// (a rebalance, a worker that joined) takes a final checkpoint of the
+// running generation first, so that nothing is replayed; after a death it
+// is the latest complete checkpoint.
+func (l *leading) restorePoint(spec cluster.Spec, gen cluster.Generation, current, handover bool, fp string) (uint64, error) {
+	if !current && !spec.Resume {
+		return 0, nil
+	}
+	if handover && l.lg != nil && l.lg.g.Number == gen.Number {
+		fctx, cancel := context.WithTimeout(l.ctx, l.lg.r.cfg.CheckpointTimeout+5*time.Second)
+		err := l.lg.Final(fctx)
+		cancel()
+		if err == nil {
+			return l.lg.Latest(), nil
+		}
+		l.r.log.Warn().Err(err).Msg("the handover checkpoint failed; the new generation starts from the latest one")
+	}
+	rest, err := checkpoint.Latest(l.ctx, l.r.store, l.r.name, fp)
+	switch {
+	case errors.Is(err, checkpoint.ErrNoCheckpoint):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	return rest.Manifest.Epoch, nil
+}
+
+// kill stops a topology being killed: a final checkpoint (the spouts stop,
+// every tree in flight completes, transactional sinks commit), then the
+// state killed, which makes the workers stop their tasks.
+func (l *leading) kill(spec cluster.Spec, rev uint64, gen cluster.Generation) error {
+	if l.lg != nil && l.lg.g.Number == gen.Number {
+		select {
+		case <-l.lg.Begun():
+			fctx, cancel := context.WithTimeout(l.ctx, l.lg.r.cfg.CheckpointTimeout+5*time.Second)
+			err := l.lg.Final(fctx)
+			cancel()
+			if err != nil {
+				l.r.log.Warn().Err(err).Msg("the final checkpoint of the killed topology failed; a resubmission with --resume starts from the one before")
+			}
+		default:
+		}
+	}
+	return l.setState(spec, rev, cluster.StateKilled)
+}
+
+// checkFinished ends a topology whose sources are all exhausted and whose
+// trees are all done, as three status rounds in a row report.
+func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Generation) error {
+	select {
+	case <-l.lg.Begun():
+	default:
+		return nil
+	}
+	reports, err := l.r.n.statuses.List(l.ctx, l.r.name)
+	if err != nil {
+		return err
+	}
+	done := map[string]bool{}
+	for _, cr := range reports {
+		rep, err := DecodeReport(cr)
+		if err != nil || rep.Generation != gen.Number || rep.Status == nil || !rep.Status.Begun {
+			continue
+		}
+		ok := true
+		for _, t := range rep.Status.Tasks {
+			if t.Spout && (!t.Exhausted || t.Pending > 0) {
+				ok = false
+			}
+		}
+		done[rep.Member] = ok
+	}
+	for _, m := range slots(gen) {
+		if !done[m] {
+			l.streak = 0
+			return nil
+		}
+	}
+	if l.streak++; l.streak < 3 {
+		return nil
+	}
+	fctx, cancel := context.WithTimeout(l.ctx, l.lg.r.cfg.CheckpointTimeout+5*time.Second)
+	err = l.lg.Final(fctx)
+	cancel()
+	if err != nil {
+		l.streak = 0
+		return fmt.Errorf("the sources are exhausted but the final checkpoint failed: %w", err)
+	}
+	l.r.log.Info().Uint64("epoch", l.lg.Latest()).Msg("the sources are exhausted and every record is processed; the topology is finished")
+	return l.setState(spec, rev, cluster.StateFinished)
+}
+
+// setState moves the submission to state.
+func (l *leading) setState(spec cluster.Spec, rev uint64, state string) error {
+	spec.State = state
+	if _, err := l.r.n.registry.Update(l.ctx, spec, rev); err != nil {
+		return err
+	}
+	l.closeLeader()
+	return nil
+}
+
+// allLive reports whether every one of want is in live.
+func allLive(want, live []string) bool { return len(missing(want, live)) == 0 }
+
+// missing returns those of want not in have.
+func missing(want, have []string) []string {
+	var out []string
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}

@@ -1,0 +1,189 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ackflow/ackflow/topology"
+	"github.com/nats-io/nats.go"
+)
+
+// Leader is the topology leader's part of one generation: it begins the
+// generation once every slot is ready, then takes its checkpoints.
+type Leader struct {
+	r      *run
+	g      Generation
+	nc     *nats.Conn
+	sub    *nats.Subscription
+	coord  *coordinator
+	ready  map[int]bool
+	mu     sync.Mutex
+	begun  chan struct{}
+	began  time.Time
+	stop   chan struct{}
+	done   chan struct{}
+	closed bool
+	unshow func() // removes the leader from the metrics registry
+}
+
+// LeadGeneration starts leading generation g of topo: the checkpoints
+// continue from the newest epoch in the store (numbers are never reused).
+// lease, if set, says whether this process still leads: a leader past its
+// lease writes no manifest.
+func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g Generation, lease func() error) (*Leader, error) {
+	cfg, err := clusterConfig(cfg, g)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPlan(topo, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := newRun(topo, p, cfg)
+	r.gen, r.leaseErr = g.Number, lease
+	r.store, r.restoredAt = cfg.Checkpoints, g.RestoreFrom
+	nc, err := nats.Connect(r.url, r.natsOptions(nats.Name(fmt.Sprintf("ackflow %s leader of generation %d", topo.Name, g.Number)),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
+	if err != nil {
+		return nil, fmt.Errorf("workers: leader cannot connect to NATS at %s: %w", r.url, err)
+	}
+	l := &Leader{r: r, g: g, nc: nc, ready: map[int]bool{}, begun: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	if l.coord, err = newCoordinator(ctx, r, nc, r.store, g.RestoreFrom); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if l.sub, err = nc.Subscribe(barrierSubject(topo.Name), l.onBarrier); err == nil {
+		err = nc.Flush()
+	}
+	if err != nil {
+		l.coord.close()
+		nc.Close()
+		return nil, fmt.Errorf("workers: leader of generation %d: %w", g.Number, err)
+	}
+	l.unshow = r.showMetrics(nil, l.coord, false)
+	go l.loop(ctx)
+	return l, nil
+}
+
+// onBarrier counts "ready" slots and says "begin" once all are, and again
+// to any slot that says "ready" later (it missed the first).
+func (l *Leader) onBarrier(m *nats.Msg) {
+	f := strings.Fields(string(m.Data))
+	if len(f) != 3 || f[0] != "ready" {
+		return
+	}
+	gen, err1 := strconv.ParseUint(f[1], 10, 64)
+	slot, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil || gen != l.g.Number || slot < 0 || slot >= l.g.Slots {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ready[slot] = true
+	if len(l.ready) < l.g.Slots || l.closed {
+		return
+	}
+	l.nc.Publish(m.Subject, []byte(fmt.Sprintf("begin %d", l.g.Number)))
+	select {
+	case <-l.begun:
+	default:
+		l.began = time.Now()
+		close(l.begun)
+	}
+}
+
+// loop takes checkpoints from when the generation begins until Final or
+// Close.
+func (l *Leader) loop(ctx context.Context) {
+	defer close(l.done)
+	select {
+	case <-l.begun:
+	case <-l.stop:
+		return
+	case <-ctx.Done():
+		return
+	}
+	l.coord.loop(ctx, l.r.cfg.checkpointEvery(), l.stop)
+}
+
+// Begun is closed when every slot is ready and the generation began.
+func (l *Leader) Begun() <-chan struct{} { return l.begun }
+
+// beganAt returns when the generation began, if it has.
+func (l *Leader) beganAt() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.began, !l.began.IsZero()
+}
+
+// Ready returns how many slots are ready of how many.
+func (l *Leader) Ready() (ready, slots int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ready), l.g.Slots
+}
+
+// Final stops the periodic checkpoints and takes the one that ends the
+// generation: the spouts stop reading, every tree in flight completes,
+// the state is saved and transactional sinks commit. The spouts stay
+// paused, so the members can then be stopped without losing anything.
+func (l *Leader) Final(ctx context.Context) error {
+	l.halt()
+	select {
+	case <-l.begun:
+	default:
+		return fmt.Errorf("workers: generation %d never began, so there is nothing to checkpoint", l.g.Number)
+	}
+	return l.coord.takeFinal(ctx)
+}
+
+// Checkpoint takes a checkpoint now (between the periodic ones).
+func (l *Leader) Checkpoint(ctx context.Context) error { return l.coord.take(ctx) }
+
+// Latest is the latest complete epoch (the generation's RestoreFrom until
+// it takes one).
+func (l *Leader) Latest() uint64 { return l.coord.latest() }
+
+// Checkpoints summarises the generation's checkpoints.
+func (l *Leader) Checkpoints() CheckpointSummary {
+	s := l.coord.summary()
+	s.Latest, s.RestoredFrom = l.coord.latest(), l.g.RestoreFrom
+	return s
+}
+
+func (l *Leader) halt() {
+	l.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		close(l.stop)
+	}
+	l.mu.Unlock()
+	// A checkpoint in progress gives up at once; interrupt again until the
+	// loop has returned, in case a checkpoint began after the first.
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case l.coord.interrupt <- struct{}{}:
+		default:
+		}
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops leading the generation (a new one replaces it, or this
+// process lost the lead).
+func (l *Leader) Close() {
+	l.halt()
+	l.unshow()
+	l.coord.close()
+	l.nc.Close()
+}

@@ -1,0 +1,288 @@
+package workers
+
+import (
+	"time"
+
+	"github.com/ackflow/ackflow/wire"
+)
+
+// Loss recovery between tasks (DESIGN.md section 6b), at-least-once only.
+//
+// Every frame carries a sequence number per sender and destination. The
+// receiver's frameFilter notices a gap, or a sender's high-water mark (HWM)
+// above what arrived, and after a short grace for reordering sends a NACK
+// naming the missing frames. The sender resends them from a bounded buffer
+// of recent frames. A lost frame therefore costs about the grace period
+// plus a round trip, not the message timeout; the timeout remains the last
+// resort, for a frame that fell out of the buffer or whose NACKs kept
+// getting lost. docs/design-notes.md says why retransmission was chosen
+// over failing the trees of a lost frame.
+
+const (
+	// probeEvery is how soon after its last frame a destination gets the
+	// sender's high-water mark, so that the loss of the last frames of a
+	// burst is noticed; later marks follow at doubling intervals.
+	probeEvery = 20 * time.Millisecond
+	// maxProbes is how many high-water marks follow a destination's last
+	// frame, the last about 5 s after it: a lost mark is covered by the
+	// next one.
+	maxProbes = 8
+	// checkEvery is how often a receiver looks at its gaps.
+	checkEvery = 5 * time.Millisecond
+)
+
+// resendBuffer keeps one task's most recent frames, up to a byte bound, so
+// that a NACK can be answered. Without chaos it keeps the encoded bytes of
+// frames published to NATS, copied into one circular buffer allocated once:
+// frames handed to a task of the same worker go over a Go channel and
+// cannot be lost, and a byte ring costs no allocation per frame and holds
+// no pointers for the GC to scan (an allocation per frame showed in tail
+// latency). With chaos, which drops frames before they are encoded and
+// drops local frames too, it keeps the frames themselves.
+type resendBuffer struct {
+	keepFrames bool
+	limit      int64
+
+	ring  []byte      // circular; grows from minResendRing up to limit
+	write int         // where the next encoding goes
+	sent  []sentFrame // oldest first from head
+	head  int
+	bytes int64 // of kept frames (keepFrames)
+}
+
+type sentFrame struct {
+	dst    int
+	seq    uint64
+	off, n int         // the encoding in ring (without chaos)
+	at     int64       // when it was kept, in UnixNano (without chaos)
+	frame  *wire.Frame // the frame (with chaos)
+	size   int64       // estimated bytes of frame
+}
+
+func newResendBuffer(limit int64, keepFrames bool) *resendBuffer {
+	return &resendBuffer{keepFrames: keepFrames, limit: limit}
+}
+
+// Sizing the ring. A receiver asks for a lost frame within milliseconds,
+// and the sender's high-water marks that reveal the loss of a burst's last
+// frames follow for about 5 s (maxProbes); a frame older than that is
+// almost never asked for, and the message timeout covers it. So the ring
+// starts small and doubles, up to the limit, only when it would otherwise
+// evict a frame younger than resendKeepFor: it settles at what the task
+// publishes in that time. A fixed ring of the limit per task made a
+// topology of 128 tasks hold 1 GiB of rings that its traffic never needed.
+const (
+	minResendRing = 64 << 10
+	resendKeepFor = 5 * time.Second
+)
+
+// keepBytes copies a published frame's encoding into the ring, evicting the
+// oldest frames it overwrites. A frame larger than the ring at its limit is
+// not kept.
+func (b *resendBuffer) keepBytes(dst int, seq uint64, enc []byte, now time.Time) {
+	n := len(enc)
+	if int64(n) > b.limit {
+		return
+	}
+	at := now.UnixNano()
+	for b.write+n > len(b.ring) && int64(len(b.ring)) < b.limit && (n > len(b.ring) || b.head < len(b.sent) && at-b.sent[b.head].at < int64(resendKeepFor)) {
+		b.grow()
+	}
+	if b.write+n > len(b.ring) {
+		// Wrap: what lies between write and the end is dropped with the
+		// frames that use it.
+		b.evict(b.write, len(b.ring))
+		b.write = 0
+	}
+	b.evict(b.write, b.write+n)
+	copy(b.ring[b.write:], enc)
+	b.append(sentFrame{dst: dst, seq: seq, off: b.write, n: n, at: at})
+	b.write += n
+}
+
+// grow doubles the ring (or allocates the first one) and moves the kept
+// encodings to its start, oldest first.
+func (b *resendBuffer) grow() {
+	size := int64(minResendRing)
+	if len(b.ring) > 0 {
+		size = 2 * int64(len(b.ring))
+	}
+	ring := make([]byte, min(size, b.limit))
+	w := 0
+	for i := b.head; i < len(b.sent); i++ {
+		s := &b.sent[i]
+		copy(ring[w:], b.ring[s.off:s.off+s.n])
+		s.off = w
+		w += s.n
+	}
+	b.ring, b.write = ring, w
+}
+
+// evict drops the oldest kept encodings that overlap [from, to).
+func (b *resendBuffer) evict(from, to int) {
+	for b.head < len(b.sent) {
+		s := &b.sent[b.head]
+		if s.off+s.n <= from || s.off >= to {
+			return // the oldest frame is clear of the region, so are the rest
+		}
+		*s = sentFrame{}
+		b.head++
+	}
+}
+
+func (b *resendBuffer) keepFrame(dst int, f *wire.Frame) {
+	size := int64(64)
+	switch f.Kind {
+	case wire.KindData:
+		for i := range f.Records {
+			size += int64(memSize(0, len(f.Records[i].Values))) + 32*int64(len(f.Records[i].Values))
+		}
+	default:
+		size += int64(f.Len()) * 32
+	}
+	b.append(sentFrame{dst: dst, seq: f.Seq, frame: f, size: size})
+	b.bytes += size
+	for b.bytes > b.limit && b.head < len(b.sent)-1 {
+		b.bytes -= b.sent[b.head].size
+		b.sent[b.head] = sentFrame{}
+		b.head++
+	}
+}
+
+func (b *resendBuffer) append(s sentFrame) {
+	b.sent = append(b.sent, s)
+	// Compact once the evicted prefix is as long as what is kept.
+	if b.head > 64 && b.head*2 >= len(b.sent) {
+		n := copy(b.sent, b.sent[b.head:])
+		clear(b.sent[n:])
+		b.sent = b.sent[:n]
+		b.head = 0
+	}
+}
+
+// find returns the kept frame sent to dst with sequence number seq.
+func (b *resendBuffer) find(dst int, seq uint64) *sentFrame {
+	for i := len(b.sent) - 1; i >= b.head; i-- {
+		s := &b.sent[i]
+		if s.dst != dst {
+			continue
+		}
+		if s.seq == seq {
+			return s
+		}
+		if s.seq < seq {
+			return nil // sequence numbers grow per destination
+		}
+	}
+	return nil
+}
+
+// encoding returns a kept frame's bytes (without chaos).
+func (b *resendBuffer) encoding(s *sentFrame) []byte { return b.ring[s.off : s.off+s.n] }
+
+// notProbing marks a destination that is not in outbox.probing.
+const notProbing = 0xff
+
+// probeAgain restarts the high-water marks for dst after a frame to it.
+func (o *outbox) probeAgain(dst int) {
+	if o.probes[dst] == notProbing {
+		o.probing = append(o.probing, dst)
+	}
+	o.probes[dst] = 0
+	o.probeDue[dst] = time.Time{}
+}
+
+// probe sends high-water marks to the destinations that got frames lately.
+func (o *outbox) probe(now time.Time) {
+	if o.resend == nil || now.Sub(o.lastProbe) < probeEvery {
+		return
+	}
+	o.lastProbe = now
+	keepLocal := o.resend.keepFrames
+	for i := 0; i < len(o.probing); {
+		dst := o.probing[i]
+		if o.probes[dst] >= maxProbes {
+			o.probes[dst] = notProbing
+			o.probing[i] = o.probing[len(o.probing)-1]
+			o.probing = o.probing[:len(o.probing)-1]
+			continue
+		}
+		if now.Before(o.probeDue[dst]) {
+			i++
+			continue
+		}
+		o.probes[dst]++
+		o.probeDue[dst] = now.Add(probeEvery << o.probes[dst])
+		// Frames to a task of this worker are lost only under chaos.
+		if keepLocal || o.w.r.plan.assign[dst] != o.w.slot {
+			o.sendLink(dst, []wire.LinkMsg{{Type: wire.LinkHWM, Epoch: o.w.incarnation, Seq: o.seq[dst]}})
+		}
+		i++
+	}
+}
+
+// resendTo answers a NACK from dst: it sends the frames again that dst
+// never received, as far as they are still kept.
+func (o *outbox) resendTo(dst int, m wire.LinkMsg) {
+	r := o.w.r
+	if m.Epoch != o.w.incarnation || o.resend == nil {
+		return // a NACK for frames of an earlier incarnation of this task
+	}
+	for s := m.Seq; s < m.Seq+m.Count && s <= o.seq[dst]; s++ {
+		sf := o.resend.find(dst, s)
+		if sf == nil {
+			r.tc.resendMisses.Add(1)
+			r.warn.Warn().Int("task", o.src).Int("to", dst).Uint64("seq", s).Msg("a lost frame is no longer kept for resending; its trees will time out (raise RetransmitBytes if this repeats)")
+			continue
+		}
+		r.tc.resent.Add(1)
+		if sf.frame != nil {
+			// The receiver may have kept and changed the first copy's
+			// slices; the records themselves are immutable.
+			f := *sf.frame
+			f.Records = append([]wire.Record(nil), f.Records...)
+			o.deliver(dst, &f)
+			continue
+		}
+		enc := o.resend.encoding(sf)
+		if err := o.w.nc.Publish(r.subjects[dst], enc); err != nil {
+			r.tc.publishErrors.Add(1)
+			continue
+		}
+		r.tc.natsMsgsOut.Add(1)
+		r.tc.natsBytesOut.Add(int64(len(enc)))
+	}
+}
+
+// onLink handles a link frame addressed to this task.
+func (b *base) onLink(f *wire.Frame) {
+	for _, m := range f.Links {
+		switch m.Type {
+		case wire.LinkHWM:
+			b.ff.hwm(f.Src, m.Epoch, m.Seq)
+		case wire.LinkNack:
+			if int(f.Src) >= 0 && int(f.Src) < len(b.r.plan.tasks) {
+				b.out.resendTo(int(f.Src), m)
+			}
+		}
+	}
+}
+
+// linkTick runs loss recovery's timers: high-water marks out, NACKs for
+// gaps in.
+func (b *base) linkTick(now time.Time) {
+	if !b.track {
+		return
+	}
+	b.out.probe(now)
+	if now.Sub(b.lastCheck) < checkEvery || len(b.ff.open) == 0 {
+		return
+	}
+	b.lastCheck = now
+	c := b.ff.check(now, b.r.loss, func(src int32, msgs []wire.LinkMsg) { b.out.sendLink(int(src), msgs) })
+	b.r.tc.nacks.Add(c.nacks)
+	if c.givenUp > 0 {
+		b.r.tc.lostFrames.Add(c.givenUp)
+		b.r.warn.Warn().Int("task", b.info.id).Int64("frames", c.givenUp).Msg("lost frames were not resent after repeated NACKs; their trees will time out and replay")
+	}
+}

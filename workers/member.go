@@ -1,0 +1,362 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ackflow/ackflow/checkpoint"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/nats-io/nats.go"
+)
+
+// Cluster mode, the runtime's side (DESIGN.md section 7). Package cluster
+// decides who runs what: it writes generations of a topology, each a plan
+// (parallelism), an assignment of every task to a worker process, and the
+// checkpoint its tasks restore from. Here a worker process runs its part
+// of one generation (Member), and the topology's leader runs the
+// generation's checkpoints and start barrier (Leader).
+//
+// Every task of a generation starts from the same checkpoint, so a
+// generation change is a rollback of the whole topology: the sources seek
+// back to the checkpoint's positions and the keyed state is that of the
+// checkpoint (split by key group if the parallelism changed). The
+// generation number is the fencing epoch of every frame and checkpoint
+// command: a worker that has not yet heard of a new generation, or was
+// paused past its lease, is ignored by the others.
+
+// TaskRef names one task of a plan.
+type TaskRef struct {
+	ID        int    // the task ID, the index in the plan's task list
+	Component string // the component's name, or "__acker"
+	Index     int    // the task's index among its component's tasks
+	Stateful  bool   // a spout, a keyed or Stateful bolt, or a transactional sink
+}
+
+// Key names the task for assignment: "component[index]". A task keeps
+// its key across rebalances of other components, so rendezvous hashing
+// keeps it where it was.
+func (t TaskRef) Key() string { return fmt.Sprintf("%s[%d]", t.Component, t.Index) }
+
+// Tasks lists the tasks of topo under cfg (its guarantee, ackers and
+// parallelism overrides) in task ID order: what a generation assigns.
+func Tasks(topo *topology.Topology, cfg Config) ([]TaskRef, error) {
+	cfg.assign = nil
+	p, err := newPlan(topo, cfg)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]TaskRef, len(p.tasks))
+	for i, t := range p.tasks {
+		refs[i] = TaskRef{ID: t.id, Component: t.name, Index: t.index, Stateful: t.stateful}
+	}
+	return refs, nil
+}
+
+// Fingerprint names the shape of topo: its components, streams, groupings
+// and key groups, not its parallelism. A checkpoint restores only into a
+// topology of the same fingerprint, and a worker built from another
+// version of a topology refuses the tasks of its generations.
+func Fingerprint(topo *topology.Topology) string {
+	return (&plan{topo: topo}).fingerprint()
+}
+
+// Generation is what a worker process needs of one generation of a
+// topology.
+type Generation struct {
+	// Number is the fencing epoch: every frame and checkpoint command of
+	// the generation carries it, and the others are dropped. Numbers start
+	// at 1 and only grow.
+	Number uint64
+	// Slots is the number of worker processes in the generation; Assign
+	// gives the slot of every task, by task ID (see Tasks).
+	Slots  int
+	Assign []int
+	// RestoreFrom is the checkpoint epoch every task starts from; 0 starts
+	// from the beginning of the sources.
+	RestoreFrom uint64
+}
+
+// clusterConfig checks what cluster mode needs of cfg and g and fills in
+// the generation's layout.
+func clusterConfig(cfg Config, g Generation) (Config, error) {
+	switch {
+	case g.Number == 0:
+		return cfg, errors.New("workers: generation 0; cluster generations start at 1")
+	case g.Slots < 1:
+		return cfg, fmt.Errorf("workers: generation %d has %d worker slots", g.Number, g.Slots)
+	case cfg.NATSURL == "":
+		return cfg, errors.New("workers: cluster mode needs the NATS URL of the cluster")
+	case cfg.Checkpoints == nil:
+		return cfg, errors.New("workers: cluster mode needs a checkpoint store every worker can reach (a JetStream object store)")
+	case cfg.Guarantee == AtMostOnce:
+		return cfg, errors.New("workers: cluster mode runs at-least-once or exactly-once; at-most-once topologies run in local mode")
+	case cfg.Chaos.CrashEvery > 0:
+		return cfg, errors.New("workers: crash chaos is local mode's; in cluster mode kill worker processes")
+	}
+	if cfg.CheckpointEvery <= 0 {
+		cfg.CheckpointEvery = time.Second
+	}
+	cfg.Workers, cfg.assign, cfg.Resume = g.Slots, g.Assign, false
+	if cfg.DeadLetters == nil {
+		cfg.DeadLetterStream = true
+	}
+	return cfg, cfg.Validate()
+}
+
+// barrierSubject carries a generation's start barrier: "ready <generation>
+// <slot>" from members that have subscribed, "begin <generation>" from the
+// leader once every slot is ready. No task emits before every task of the
+// generation has subscribed, or its records would go to nobody.
+func barrierSubject(topo string) string { return "ackflow." + topo + ".gen" }
+
+// Member runs the tasks one worker process has in one generation.
+type Member struct {
+	r     *run
+	w     *Worker
+	g     Generation
+	slot  int
+	sub   *nats.Subscription
+	begun chan struct{}
+	once  sync.Once
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	ended atomic.Bool
+	close func()
+	// unshow removes the member from the metrics registry.
+	unshow func()
+}
+
+// JoinGeneration starts this process's tasks of generation g (those Assign
+// gives slot): it restores their state from the generation's checkpoint,
+// subscribes them, and tells the leader it is ready. The tasks begin when
+// the leader says every slot is ready. lease, if set, says whether this
+// process's membership is still valid: a member past its lease commits
+// nothing (no manifest, no transactional sink).
+func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g Generation, slot int, lease func() error) (*Member, error) {
+	cfg, err := clusterConfig(cfg, g)
+	if err != nil {
+		return nil, err
+	}
+	if slot < 0 || slot >= g.Slots {
+		return nil, fmt.Errorf("workers: slot %d of a generation of %d", slot, g.Slots)
+	}
+	p, err := newPlan(topo, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.positioned(); err != nil {
+		return nil, err
+	}
+	r := newRun(topo, p, cfg)
+	if cfg.Metrics == nil {
+		// The status reports show the bolts' capacity and the latencies
+		// (ackflow ui), which need the tasks timed.
+		r.timeTasks()
+	}
+	r.gen, r.leaseErr = g.Number, lease
+	if err := r.restoreEpoch(ctx, g.RestoreFrom); err != nil {
+		return nil, err
+	}
+	closeLetters := func() {}
+	if r.deadLetters == nil {
+		if closeLetters, err = r.openDeadLetterStream(ctx); err != nil {
+			return nil, err
+		}
+	}
+	epochs := make([]uint64, g.Slots)
+	for i := range epochs {
+		epochs[i] = g.Number
+	}
+	// The tasks outlive ctx: only Stop and Crash end them, so that the
+	// caller's cancellation cannot pass for a graceful stop (which runs
+	// Cleanup) of tasks whose generation is over.
+	w, err := startWorker(context.WithoutCancel(ctx), r, slot, g.Number, epochs, nil)
+	if err != nil {
+		closeLetters()
+		return nil, err
+	}
+	m := &Member{r: r, w: w, g: g, slot: slot, begun: make(chan struct{}), stop: make(chan struct{}), close: closeLetters,
+		unshow: r.showMetrics(r.hostedTasks(slot), nil, true)}
+	subject := barrierSubject(topo.Name)
+	m.sub, err = w.nc.Subscribe(subject, m.onBarrier)
+	if err == nil {
+		err = w.nc.Flush()
+	}
+	if err != nil {
+		m.Crash()
+		return nil, fmt.Errorf("workers: generation %d: cannot subscribe to %s: %w", g.Number, subject, err)
+	}
+	m.wg.Add(1)
+	go m.announce(subject)
+	r.log.Info().Uint64("generation", g.Number).Int("slot", slot).Uint64("restore_from", g.RestoreFrom).Str("placement", p.describe()).Msg("joined a generation")
+	return m, nil
+}
+
+// restoreEpoch loads checkpoint epoch for the tasks to restore (0: none).
+func (r *run) restoreEpoch(ctx context.Context, epoch uint64) error {
+	r.store = r.cfg.Checkpoints
+	if epoch == 0 {
+		return nil
+	}
+	rest, err := checkpoint.Load(ctx, r.store, r.plan.topo.Name, epoch, r.plan.fingerprint())
+	if err != nil {
+		return fmt.Errorf("workers: generation %d cannot restore checkpoint %d: %w", r.gen, epoch, err)
+	}
+	if err := r.plan.checkRescale(rest.Manifest); err != nil {
+		return err
+	}
+	r.restore, r.restoredAt = rest, epoch
+	return nil
+}
+
+// announce says "ready" every 100ms until the leader says "begin", then
+// every second: a leader elected later learns from it that the generation
+// runs, and begins its checkpoints.
+func (m *Member) announce(subject string) {
+	defer m.wg.Done()
+	msg := []byte(fmt.Sprintf("ready %d %d", m.g.Number, m.slot))
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	begun := m.begun
+	for {
+		m.w.nc.Publish(subject, msg)
+		select {
+		case <-begun:
+			t.Reset(time.Second)
+			begun = nil
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Member) onBarrier(msg *nats.Msg) {
+	f := strings.Fields(string(msg.Data))
+	if len(f) != 2 || f[0] != "begin" {
+		return
+	}
+	if gen, err := strconv.ParseUint(f[1], 10, 64); err != nil || gen != m.g.Number {
+		return
+	}
+	m.once.Do(func() {
+		if m.ended.Load() {
+			return
+		}
+		m.w.begin()
+		close(m.begun)
+	})
+}
+
+// Generation is the generation the member runs; Slot its slot in it.
+func (m *Member) Generation() Generation { return m.g }
+func (m *Member) Slot() int              { return m.slot }
+
+// Begun is closed when the member's tasks have begun.
+func (m *Member) Begun() <-chan struct{} { return m.begun }
+
+// Failed is closed when a task cannot go on (a spout or bolt that cannot
+// start, or a checkpoint that cannot be restored); Err says why.
+func (m *Member) Failed() <-chan struct{} { return m.r.aborted }
+func (m *Member) Err() error {
+	if m.r.isAborted() {
+		return m.r.abortErr
+	}
+	return nil
+}
+
+// Stop ends the member's tasks gracefully: they finish what they hold and
+// run Cleanup and Close.
+func (m *Member) Stop() { m.end(false) }
+
+// Crash ends the member's tasks at once, as a dead process would: nothing
+// they hold is finished, and the next generation restores their state
+// from its checkpoint.
+func (m *Member) Crash() { m.end(true) }
+
+func (m *Member) end(crash bool) {
+	if m.ended.Swap(true) {
+		return
+	}
+	close(m.stop)
+	m.once.Do(func() {}) // a late "begin" starts nothing
+	if crash {
+		m.w.crash()
+		m.w.wg.Wait()
+	} else {
+		m.w.shutdown()
+	}
+	m.wg.Wait()
+	m.unshow()
+	m.close()
+}
+
+// TaskStatus is one task as its worker sees it.
+type TaskStatus struct {
+	Task      int    `json:"task"`
+	Component string `json:"component"`
+	Index     int    `json:"index"`
+	// Queue is the frames waiting in the task's inboxes.
+	Queue int `json:"queue"`
+	// Pending (spouts) is the trees in flight or waiting to be replayed;
+	// Exhausted says the source is done.
+	Pending   int64 `json:"pending,omitempty"`
+	Exhausted bool  `json:"exhausted,omitempty"`
+	Spout     bool  `json:"spout,omitempty"`
+	// Capacity (bolts) is the fraction of the last second the task spent
+	// processing inputs, as ackflow_capacity_ratio shows it.
+	Capacity float64 `json:"capacity,omitempty"`
+}
+
+// MemberStatus is what a member reports of itself.
+type MemberStatus struct {
+	Generation uint64       `json:"generation"`
+	Slot       int          `json:"slot"`
+	Begun      bool         `json:"begun"`
+	Tasks      []TaskStatus `json:"tasks"`
+	// Records is how many records the member's tasks emitted, replays
+	// included; FencedFrames how many frames of another generation it
+	// dropped; DeadLettered how many roots its spouts gave up on.
+	Records      int64 `json:"records"`
+	FencedFrames int64 `json:"fenced_frames"`
+	DeadLettered int64 `json:"dead_lettered"`
+	// Components are the member's tasks' figures in this generation, per
+	// component (the status page adds them up over the members), and
+	// Transport its workers' loss and flow-control counters.
+	Components []ComponentStatus `json:"components,omitempty"`
+	Transport  TransportStatus   `json:"transport"`
+}
+
+// Status reports the member's tasks.
+func (m *Member) Status() MemberStatus {
+	r := m.r
+	st := MemberStatus{Generation: m.g.Number, Slot: m.slot, Records: r.records(), FencedFrames: r.tc.fencedFrames.Load()}
+	select {
+	case <-m.begun:
+		st.Begun = true
+	default:
+	}
+	for _, c := range r.counters {
+		if c != nil {
+			st.DeadLettered += c.deadLettered.Load()
+		}
+	}
+	var hosted []int
+	for i, t := range m.w.tasks {
+		if t == nil {
+			continue
+		}
+		st.Tasks = append(st.Tasks, r.taskStatus(i, t))
+		if t.info.comp != nil {
+			hosted = append(hosted, i)
+		}
+	}
+	st.Components, st.Transport = r.componentStatus(hosted), r.transportStatus()
+	return st
+}

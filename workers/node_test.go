@@ -1,0 +1,259 @@
+package workers_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ackflow/ackflow/cluster"
+	"github.com/ackflow/ackflow/embednats"
+	"github.com/ackflow/ackflow/metrics"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/workers"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+)
+
+// nodes runs worker processes of a cluster as goroutines of this test,
+// each with its own NATS connection, on an embedded server.
+type nodes struct {
+	t      *testing.T
+	url    string
+	build  func(map[string]string) (*topology.Topology, error)
+	name   string
+	cancel map[string]context.CancelFunc
+	errs   map[string]chan error
+	reg    cluster.Registry
+	nc     *nats.Conn
+}
+
+// verifyNoLeaks checks for leaked goroutines when t ends, after the
+// cleanups that stop the nodes and the server (cleanups run last-in
+// first-out).
+func verifyNoLeaks(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+}
+
+var nodeTiming = cluster.MembersConfig{HeartbeatEvery: 150 * time.Millisecond, DeadAfter: 600 * time.Millisecond}
+
+func startNodes(t *testing.T, name string, build func(map[string]string) (*topology.Topology, error)) *nodes {
+	srv, err := embednats.Start(embednats.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	n := &nodes{t: t, url: srv.URL(), build: build, name: name, cancel: map[string]context.CancelFunc{}, errs: map[string]chan error{}}
+	if n.nc, err = nats.Connect(n.url); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.nc.Close)
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.reg, err = cluster.NewKVRegistry(context.Background(), js); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.stopAll)
+	return n
+}
+
+func (n *nodes) start(member string) { n.startWith(member, nil) }
+
+// startWith starts a node that shows its metrics in reg (nil: none).
+func (n *nodes) startWith(member string, reg *metrics.Registry) {
+	ctx, cancel := context.WithCancel(context.Background())
+	rt := workers.DefaultConfig()
+	rt.Logger = zerolog.Nop()
+	rt.Metrics = reg
+	errc := make(chan error, 1)
+	n.cancel[member], n.errs[member] = cancel, errc
+	cfg := workers.NodeConfig{Name: member, NATSURL: n.url, Runtime: rt, Members: nodeTiming,
+		StatusEvery: 100 * time.Millisecond, Topologies: map[string]func(map[string]string) (*topology.Topology, error){n.name: n.build}}
+	go func() { errc <- workers.RunNode(ctx, cfg) }()
+}
+
+// stop ends a node as Ctrl-C would: it leaves the cluster.
+func (n *nodes) stop(member string) {
+	n.cancel[member]()
+	if err := <-n.errs[member]; err != nil {
+		n.t.Errorf("node %s: %v", member, err)
+	}
+	delete(n.cancel, member)
+}
+
+func (n *nodes) stopAll() {
+	for m := range n.cancel {
+		n.stop(m)
+	}
+}
+
+// await polls the submission until ok accepts its state.
+func (n *nodes) await(d time.Duration, ok func(state string) bool) string {
+	n.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		spec, _, err := n.reg.Get(context.Background(), n.name)
+		if err != nil && !errors.Is(err, cluster.ErrNotFound) {
+			n.t.Fatal(err)
+		}
+		if ok(spec.State) {
+			return spec.State
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("the topology is %s after %v", spec.State, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestNodesRunATopologyExactlyOnceAcrossLeaves runs a keyed count on three
+// nodes; two of them leave while it runs (one of them probably the
+// leader), so the generation changes twice and every task restores the
+// latest checkpoint. The state the topology finishes with counts every
+// input once.
+func TestNodesRunATopologyExactlyOnceAcrossLeaves(t *testing.T) {
+	verifyNoLeaks(t)
+	const count = 3000
+	var mu sync.Mutex
+	result := map[string]int64{}
+	n := startNodes(t, "eo-nodes", func(map[string]string) (*topology.Topology, error) {
+		return checkpointTopology(t, "eo-nodes", count, 3*time.Second, result, &mu), nil
+	})
+	for _, m := range []string{"n1", "n2", "n3"} {
+		n.start(m)
+	}
+	err := n.reg.Submit(context.Background(), cluster.Spec{Name: "eo-nodes", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	n.stop("n2")
+	time.Sleep(700 * time.Millisecond)
+	n.stop("n1")
+	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	n.stopAll()
+	mu.Lock()
+	defer mu.Unlock()
+	expectCounted(t, result, count)
+}
+
+// TestKillStopsATopologyAfterItsFinalCheckpoint kills a running topology:
+// it stops, nothing is counted twice, and what was counted is a prefix of
+// the input that a resubmission with Resume completes exactly.
+func TestKillStopsATopologyAfterItsFinalCheckpoint(t *testing.T) {
+	verifyNoLeaks(t)
+	const count = 3000
+	var mu sync.Mutex
+	result := map[string]int64{}
+	n := startNodes(t, "kill-nodes", func(map[string]string) (*topology.Topology, error) {
+		return checkpointTopology(t, "kill-nodes", count, 4*time.Second, result, &mu), nil
+	})
+	n.start("n1")
+	n.start("n2")
+	ctx := context.Background()
+	if err := n.reg.Submit(ctx, cluster.Spec{Name: "kill-nodes", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	spec, rev, err := n.reg.Get(ctx, "kill-nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.State = cluster.StateKilling
+	if _, err := n.reg.Update(ctx, spec, rev); err != nil {
+		t.Fatal(err)
+	}
+	n.await(30*time.Second, func(s string) bool { return s == cluster.StateKilled })
+	time.Sleep(300 * time.Millisecond) // the members stop after they see it
+	mu.Lock()
+	counted := len(result)
+	for k, c := range result {
+		if c != 1 {
+			t.Fatalf("%s counted %d times after the kill", k, c)
+		}
+	}
+	clear(result) // the resumed run's state starts from the final checkpoint
+	mu.Unlock()
+	if counted == 0 || counted == count {
+		t.Fatalf("%d of %d counted when killed; the kill should come midway", counted, count)
+	}
+	if err := n.reg.Submit(ctx, cluster.Spec{Name: "kill-nodes", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond, Resume: true}); err != nil {
+		t.Fatal(err)
+	}
+	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	n.stopAll()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("killed after %d of %d; the resubmission finished the rest", counted, count)
+	expectCounted(t, result, count)
+}
+
+// TestWorkerWithAnotherBuildGetsNoTasks: a worker whose build of the
+// topology differs from the leader's runs none of its tasks, says why in
+// its report, and the others finish the topology.
+func TestWorkerWithAnotherBuildGetsNoTasks(t *testing.T) {
+	verifyNoLeaks(t)
+	const count = 1000
+	var mu sync.Mutex
+	result := map[string]int64{}
+	good := func(map[string]string) (*topology.Topology, error) {
+		return checkpointTopology(t, "versions", count, time.Second, result, &mu), nil
+	}
+	n := startNodes(t, "versions", good)
+	n.start("n1")
+	n.start("n2")
+	time.Sleep(300 * time.Millisecond) // n1 or n2 leads
+	n.build = func(map[string]string) (*topology.Topology, error) {
+		b := topology.NewBuilder("versions")
+		b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: count}} }, 1).Outputs("n")
+		b.Bolt("sink", func() topology.Bolt { return &pass{} }, 1).Input("numbers", topology.Shuffle())
+		return build(t, b), nil
+	}
+	n.start("odd")
+	ctx := context.Background()
+	if err := n.reg.Submit(ctx, cluster.Spec{Name: "versions", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses, err := cluster.NewKVStatuses(ctx, js, nodeTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for said := false; !said; {
+		reports, err := statuses.List(ctx, "versions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cr := range reports {
+			rep, err := workers.DecodeReport(cr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Member == "odd" && rep.Status != nil {
+				t.Fatalf("the worker with another build runs tasks: %+v", rep.Status)
+			}
+			if rep.Member == "odd" && strings.Contains(rep.Error, "another version") {
+				said = true
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker with another build does not say why it runs nothing: %+v", reports)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	n.stopAll()
+	mu.Lock()
+	defer mu.Unlock()
+	expectCounted(t, result, count)
+}

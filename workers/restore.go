@@ -1,0 +1,146 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ackflow/ackflow/checkpoint"
+	"github.com/ackflow/ackflow/topology"
+)
+
+// openCheckpoints sets up the checkpoint store and, with Resume, loads the
+// checkpoint to start from.
+func (r *run) openCheckpoints(ctx context.Context) error {
+	if r.cfg.checkpointEvery() == 0 {
+		return nil
+	}
+	r.store = r.cfg.Checkpoints
+	if r.store == nil {
+		r.store = checkpoint.NewMemory()
+	}
+	if !r.cfg.Resume {
+		return nil
+	}
+	rest, err := checkpoint.Latest(ctx, r.store, r.plan.topo.Name, r.plan.fingerprint())
+	switch {
+	case errors.Is(err, checkpoint.ErrNoCheckpoint):
+		r.log.Warn().Str("topology", r.plan.topo.Name).Msg("no checkpoint to resume from; starting from the beginning")
+		return nil
+	case err != nil:
+		return fmt.Errorf("workers: cannot resume %s: %w", r.plan.topo.Name, err)
+	}
+	if err := r.plan.checkRescale(rest.Manifest); err != nil {
+		return err
+	}
+	for _, skipped := range rest.Skipped {
+		r.log.Warn().Err(skipped).Msg("a newer checkpoint was refused")
+	}
+	r.restore, r.restoredAt = rest, rest.Manifest.Epoch
+	r.log.Info().Uint64("epoch", rest.Manifest.Epoch).Msg("resuming from a checkpoint")
+	return nil
+}
+
+// restoreSnapshot returns the state task restores from, if any. Blobs are
+// found by component and index, not task ID, so that a checkpoint taken
+// with another parallelism of some component restores into this plan: a
+// keyed component's state is gathered from every old task a key group at
+// a time (checkRescale says which changes are allowed).
+func (r *run) restoreSnapshot(task int) (taskSnapshot, bool, error) {
+	r.restoreMu.Lock()
+	rest := r.restore
+	r.restoreMu.Unlock()
+	if rest == nil {
+		return taskSnapshot{}, false, nil
+	}
+	info := r.plan.tasks[task]
+	if !info.stateful {
+		return taskSnapshot{}, false, nil
+	}
+	old := blobsOf(rest, info.name)
+	if len(old) == 0 {
+		return taskSnapshot{}, false, nil
+	}
+	if len(old) == info.parallelism {
+		snap, err := decodeSnapshot(old[info.index])
+		if err != nil {
+			return snap, false, fmt.Errorf("workers: task %d (%s[%d]): checkpoint %d: %w", task, info.name, info.index, rest.Manifest.Epoch, err)
+		}
+		snap.fromEpoch = rest.Manifest.Epoch
+		return snap, true, nil
+	}
+	return r.regroup(rest, info, old)
+}
+
+// blobsOf returns the blobs of component's tasks in a checkpoint, by index.
+func blobsOf(rest *checkpoint.Restore, component string) [][]byte {
+	var out [][]byte
+	for _, e := range rest.Manifest.Tasks {
+		if e.Component != component {
+			continue
+		}
+		for len(out) <= e.Index {
+			out = append(out, nil)
+		}
+		out[e.Index] = rest.Blobs[e.Task]
+	}
+	return out
+}
+
+// regroup builds the keyed state of task from the key groups it owns in
+// the old tasks' snapshots (a changed parallelism).
+func (r *run) regroup(rest *checkpoint.Restore, info taskInfo, old [][]byte) (taskSnapshot, bool, error) {
+	var keyed [][]byte
+	for i, blob := range old {
+		snap, err := decodeSnapshot(blob)
+		if err != nil {
+			return snap, false, fmt.Errorf("workers: %s[%d] of checkpoint %d: %w", info.name, i, rest.Manifest.Epoch, err)
+		}
+		keyed = append(keyed, snap.keyed)
+	}
+	from, to := topology.KeyGroupRange(r.plan.topo.KeyGroups, info.parallelism, info.index)
+	st := topology.NewState(r.plan.topo.KeyGroups)
+	if err := st.RestoreGroups(keyed, from, to); err != nil {
+		return taskSnapshot{}, false, fmt.Errorf("workers: %s[%d]: regrouping checkpoint %d: %w", info.name, info.index, rest.Manifest.Epoch, err)
+	}
+	return taskSnapshot{isBolt: true, keyed: st.AppendSnapshot(nil), fromEpoch: rest.Manifest.Epoch}, true, nil
+}
+
+// checkRescale refuses to restore a checkpoint into a plan whose
+// parallelism differs for a component whose state cannot be split by key
+// group: a spout (its positions belong to its tasks' ranges), a bolt with
+// its own Stateful snapshot, or a transactional sink (its pending
+// transactions are named by task).
+func (p *plan) checkRescale(m *checkpoint.Manifest) error {
+	old := map[string]int{}
+	for _, e := range m.Tasks {
+		old[e.Component] = max(old[e.Component], e.Index+1)
+	}
+	for _, c := range p.topo.Components {
+		n, had := old[c.Name]
+		now := len(p.compTasks[c.Name])
+		if !had || n == now {
+			continue
+		}
+		t := p.tasks[p.compTasks[c.Name][0]]
+		switch {
+		case c.IsSpout():
+			return fmt.Errorf("workers: spout %s had %d tasks in checkpoint %d and has %d now; a spout's positions cannot be split, so keep its parallelism", c.Name, n, m.Epoch, now)
+		case t.tx:
+			return fmt.Errorf("workers: sink %s had %d tasks in checkpoint %d and has %d now; its pending transactions are named by task, so keep its parallelism", c.Name, n, m.Epoch, now)
+		case t.own:
+			return fmt.Errorf("workers: bolt %s had %d tasks in checkpoint %d and has %d now; only keyed state (KeyedState) can be split by key group, not a Stateful snapshot, so keep its parallelism", c.Name, n, m.Epoch, now)
+		}
+	}
+	return nil
+}
+
+// restoredEpoch is the epoch tasks start from (0: the beginning).
+func (r *run) restoredEpoch() uint64 {
+	r.restoreMu.Lock()
+	defer r.restoreMu.Unlock()
+	if r.restore == nil {
+		return 0
+	}
+	return r.restore.Manifest.Epoch
+}

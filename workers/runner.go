@@ -1,0 +1,396 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ackflow/ackflow/checkpoint"
+	"github.com/ackflow/ackflow/cluster"
+	"github.com/ackflow/ackflow/metrics"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// runner is one worker's part of one submitted topology: the member of
+// its current generation, if the worker has tasks in it, and the leader
+// when the worker wins the topology's election.
+type runner struct {
+	n     *Node
+	name  string
+	build func(map[string]string) (*topology.Topology, error)
+	log   zerolog.Logger
+	// level is the topology's log level on this worker: the worker's own
+	// (base) unless the submission sets one (ackflow loglevel).
+	level *LevelVar
+	base  zerolog.Level
+
+	mu      sync.Mutex
+	spec    cluster.Spec
+	specRev uint64
+	deleted bool
+	changed chan struct{} // a new spec: the runner and its leader look again
+	lead    chan struct{}
+
+	leader *Leader // while this worker leads the current generation
+
+	// Owned by run's goroutine.
+	member  *Member
+	lastErr string
+	store   checkpoint.Store
+	built   map[uint64]*topology.Topology // by spec revision
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// recovery is the latest failover this worker led, in nanoseconds
+	// (0: none), for the metrics.
+	recovery atomic.Int64
+	// invalid counts invalid generation entries this worker, leading,
+	// wrote over.
+	invalid atomic.Int64
+}
+
+func newRunner(n *Node, name string, build func(map[string]string) (*topology.Topology, error)) *runner {
+	base := n.log.GetLevel()
+	level := NewLevelVar(base)
+	return &runner{n: n, name: name, build: build, log: level.Leveled(n.log.With().Str("topology", name).Logger()), level: level, base: base,
+		changed: make(chan struct{}, 1), lead: make(chan struct{}, 1), built: map[uint64]*topology.Topology{}, done: make(chan struct{})}
+}
+
+// setLevel applies the submission's log level, or the worker's own.
+func (r *runner) setLevel(spec cluster.Spec) {
+	level := r.base
+	if spec.LogLevel != "" {
+		l, err := ParseLevel(spec.LogLevel)
+		if err != nil {
+			r.log.Warn().Err(err).Msg("the submission's log level is not one this worker knows; keeping its own")
+		} else {
+			level = l
+		}
+	}
+	if old := r.level.Level(); old != level {
+		r.level.Set(level)
+		r.log.Log().Str("from", old.String()).Str("to", level.String()).Msg("log level changed") // whatever the level
+	}
+}
+
+func (r *runner) setSpec(ev cluster.SpecEvent) {
+	r.mu.Lock()
+	if ev.Deleted {
+		r.deleted = true
+	} else {
+		r.spec, r.specRev, r.deleted = ev.Spec, ev.Rev, false
+	}
+	r.mu.Unlock()
+	if !ev.Deleted {
+		r.setLevel(ev.Spec)
+	}
+	for _, ch := range []chan struct{}{r.changed, r.lead} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (r *runner) currentSpec() (cluster.Spec, uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.spec, r.specRev, !r.deleted && live(r.spec.State)
+}
+
+// topology builds the topology of the spec at rev (once per revision).
+func (r *runner) topology(spec cluster.Spec, rev uint64) (*topology.Topology, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.built[rev]; ok {
+		return t, nil
+	}
+	t, err := r.build(spec.Settings)
+	if err != nil {
+		return nil, fmt.Errorf("topology %s with settings %v: %w", r.name, spec.Settings, err)
+	}
+	if t.Name != r.name {
+		return nil, fmt.Errorf("the topology registered as %s builds one named %s; register it under its own name", r.name, t.Name)
+	}
+	clear(r.built)
+	r.built[rev] = t
+	return t, nil
+}
+
+func (r *runner) close() {
+	r.mu.Lock()
+	cancel := r.cancel
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-r.done
+	}
+}
+
+// run follows the topology's generations until ctx ends or the topology
+// stops; it campaigns to lead it meanwhile.
+func (r *runner) run(parent context.Context) {
+	defer close(r.done)
+	ctx, cancel := context.WithCancel(parent)
+	r.mu.Lock()
+	r.cancel = cancel
+	r.mu.Unlock()
+	defer cancel()
+	defer r.endMember(true)
+	if reg := r.n.cfg.Runtime.Metrics; reg != nil {
+		defer reg.Add(metrics.SourceFunc(r.writeMetrics))()
+	}
+	var err error
+	for r.store == nil {
+		if r.store, err = r.n.checkpointStore(ctx, r.name); err != nil {
+			r.log.Warn().Err(err).Msg("cannot open the checkpoint store; retrying")
+			if sleepCtx(ctx, time.Second); ctx.Err() != nil {
+				return
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := r.n.elector.Campaign(ctx, r.name, r.n.cfg.Name, r.leadTopology); err != nil {
+			r.log.Error().Err(err).Msg("cannot campaign to lead the topology")
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.watchLeader(ctx)
+	}()
+	gens := r.watchGenerations(ctx)
+	tick := time.NewTicker(r.n.cfg.StatusEvery)
+	defer tick.Stop()
+	var failed <-chan struct{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case g := <-gens:
+			r.onGeneration(ctx, g)
+		case <-r.changed:
+			if _, _, ok := r.currentSpec(); !ok && r.member != nil {
+				// Killed (after the leader's final checkpoint) or finished:
+				// the spouts are paused and every tree is done.
+				r.endMember(false)
+			}
+		case <-failed:
+			r.lastErr = r.member.Err().Error()
+			r.log.Error().Err(r.member.Err()).Msg("the tasks of this worker failed; the leader restarts the generation elsewhere")
+			r.endMember(true)
+		case <-tick.C:
+			r.report(ctx)
+		}
+		failed = nil
+		if r.member != nil {
+			failed = r.member.Failed()
+		}
+	}
+}
+
+// watchLeader deposes the topology's leader when its process is gone:
+// two presence probes in a row found no one there (its NATS connection
+// closed), so a new leader takes over at once instead of when the dead
+// one's lease expires.
+func (r *runner) watchLeader(ctx context.Context) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	misses, last := 0, ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		leader, err := r.n.elector.Leader(ctx, r.name)
+		if err != nil || leader == r.n.cfg.Name {
+			misses = 0
+			continue
+		}
+		if leader != last {
+			misses, last = 0, leader
+		}
+		_, err = r.n.nc.Request(presenceSubject(leader), nil, 150*time.Millisecond)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			misses = 0
+			continue
+		}
+		if misses++; misses >= 2 {
+			r.log.Warn().Str("leader", leader).Msg("the leader's process is gone; deposing it")
+			if err := r.n.elector.Depose(ctx, r.name, leader); err != nil {
+				r.log.Warn().Err(err).Msg("cannot depose the leader")
+			}
+			misses = 0
+		}
+	}
+}
+
+// watchGenerations relays the topology's generations, watching again when
+// a watch breaks.
+func (r *runner) watchGenerations(ctx context.Context) <-chan cluster.Generation {
+	out := make(chan cluster.Generation)
+	go func() {
+		for ctx.Err() == nil {
+			ch, err := r.n.gens.Watch(ctx, r.name)
+			if err != nil {
+				r.log.Warn().Err(err).Msg("cannot watch the topology's generations; retrying")
+				sleepCtx(ctx, time.Second)
+				continue
+			}
+			for g := range ch {
+				select {
+				case out <- g:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// slots are the members of a generation in slot order.
+func slots(g cluster.Generation) []string {
+	var ms []string
+	for _, m := range g.Assignment {
+		if !slices.Contains(ms, m) {
+			ms = append(ms, m)
+		}
+	}
+	slices.Sort(ms)
+	return ms
+}
+
+// layout turns a cluster generation into the runtime's: slots, and the
+// slot of every task.
+func layout(g cluster.Generation) (Generation, error) {
+	ms := slots(g)
+	wg := Generation{Number: g.Number, Slots: len(ms), RestoreFrom: g.RestoreFrom, Assign: make([]int, len(g.Assignment))}
+	for task, m := range g.Assignment {
+		if task < 0 || task >= len(wg.Assign) {
+			return wg, fmt.Errorf("generation %d assigns task %d of %d", g.Number, task, len(wg.Assign))
+		}
+		wg.Assign[task] = slices.Index(ms, m)
+	}
+	return wg, nil
+}
+
+// onGeneration drops the tasks of the previous generation and starts this
+// worker's tasks of g.
+func (r *runner) onGeneration(ctx context.Context, g cluster.Generation) {
+	if r.member != nil && r.member.Generation().Number >= g.Number {
+		return
+	}
+	// Every task of the new generation restores its checkpoint: what the
+	// old one holds is dropped, as if the process had died.
+	r.endMember(true)
+	spec, rev, ok := r.currentSpec()
+	if !ok {
+		return
+	}
+	slot := slices.Index(slots(g), r.n.cfg.Name)
+	if slot < 0 {
+		r.lastErr = ""
+		if topo, err := r.topology(spec, rev); err == nil && Fingerprint(topo) != g.Fingerprint {
+			// The leader gives tasks only to workers with its build.
+			r.lastErr = fmt.Sprintf("this worker's build of %s is another version than the leader's (fingerprint %q here, %q in generation %d), so it runs none of its tasks; run the same binary on every worker", r.name, Fingerprint(topo), g.Fingerprint, g.Number)
+			r.log.Error().Msg(r.lastErr)
+			return
+		}
+		r.log.Info().Uint64("generation", g.Number).Msg("no tasks in this generation")
+		return
+	}
+	if err := r.join(ctx, g, spec, rev, slot); err != nil {
+		r.lastErr = err.Error()
+		r.log.Error().Err(err).Uint64("generation", g.Number).Msg("cannot run this worker's tasks of the generation")
+	}
+}
+
+func (r *runner) join(ctx context.Context, g cluster.Generation, spec cluster.Spec, rev uint64, slot int) error {
+	topo, err := r.topology(spec, rev)
+	if err != nil {
+		return err
+	}
+	if fp := Fingerprint(topo); fp != g.Fingerprint {
+		return fmt.Errorf("this worker's %s is another version of the topology than the generation's (fingerprint %q here, %q in generation %d); run the same binary on every worker", r.name, fp, g.Fingerprint, g.Number)
+	}
+	cfg, err := r.config(spec)
+	if err != nil {
+		return err
+	}
+	wg, err := layout(g)
+	if err != nil {
+		return err
+	}
+	r.member, err = JoinGeneration(ctx, topo, cfg, wg, slot, nil)
+	if err == nil {
+		r.lastErr = ""
+	}
+	return err
+}
+
+// config is the runtime configuration of spec on this worker.
+func (r *runner) config(spec cluster.Spec) (Config, error) {
+	cfg, err := SpecConfig(r.n.cfg.Runtime, spec)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.NATSURL, cfg.Checkpoints = r.n.cfg.NATSURL, r.store
+	cfg.Logger = r.log
+	return cfg, nil
+}
+
+// endMember stops this worker's tasks: crashed (dropped) or gracefully.
+func (r *runner) endMember(crash bool) {
+	if r.member == nil {
+		return
+	}
+	r.member.end(crash)
+	r.member = nil
+}
+
+// setLeader records the generation this worker leads, for its reports.
+func (r *runner) setLeader(l *Leader) {
+	r.mu.Lock()
+	r.leader = l
+	r.mu.Unlock()
+}
+
+// writeMetrics shows the latest failover this worker led.
+func (r *runner) writeMetrics(w *metrics.Writer) {
+	if d := r.recovery.Load(); d > 0 {
+		w.Add(metrics.Recovery, time.Duration(d).Seconds(), r.name)
+	}
+	w.Add(metrics.InvalidEntries, float64(r.invalid.Load()), r.name)
+}
+
+// report publishes what this worker runs of the topology.
+func (r *runner) report(ctx context.Context) {
+	rep := Report{Member: r.n.cfg.Name, Error: r.lastErr, Updated: time.Now()}
+	if r.member != nil {
+		st := r.member.Status()
+		rep.Status, rep.Generation, rep.RestoredFrom = &st, st.Generation, r.member.g.RestoreFrom
+	}
+	r.mu.Lock()
+	if l := r.leader; l != nil {
+		rep.Leader, rep.Checkpoint = true, l.Latest()
+	}
+	r.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, r.n.cfg.StatusEvery)
+	defer cancel()
+	if err := r.n.statuses.Put(rctx, encodeReport(r.name, rep)); err != nil && ctx.Err() == nil {
+		r.log.Debug().Err(err).Msg("cannot report status")
+	}
+}
