@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/ackflow/ackflow/cluster"
+	"github.com/ackflow/ackflow/embednats"
+)
+
+// TestLogLevelCommand sets and clears a running topology's log level in its
+// submission, and refuses a level it does not know and a topology that is
+// not running.
+func TestLogLevelCommand(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	srv, err := embednats.Start(embednats.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	reg, err := cluster.NewKVRegistry(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Submit(ctx, cluster.Spec{Name: "wordcount", Guarantee: "at-least-once"}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		root := NewRoot(Bundled())
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(append(args, "--nats", srv.URL()))
+		err := root.Execute()
+		return out.String(), err
+	}
+	level := func() string {
+		spec, _, err := reg.Get(ctx, "wordcount")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec.LogLevel
+	}
+	if out, err := run("loglevel", "wordcount", "DEBUG"); err != nil || level() != "debug" || !strings.Contains(out, "logs at debug") {
+		t.Fatalf("loglevel debug: %v, %q; the submission says %q", err, out, level())
+	}
+	if _, err := run("loglevel", "wordcount", "verbose"); err == nil || !strings.Contains(err.Error(), "use debug, info, warn or error") || level() != "debug" {
+		t.Fatalf("loglevel verbose: %v; the submission says %q", err, level())
+	}
+	if out, err := run("loglevel", "wordcount", "default"); err != nil || level() != "" || !strings.Contains(out, "own --log-level") {
+		t.Fatalf("loglevel default: %v, %q; the submission says %q", err, out, level())
+	}
+	if _, err := run("loglevel", "nosuch", "info"); err == nil || !strings.Contains(err.Error(), "nosuch") {
+		t.Fatalf("loglevel of a topology never submitted: %v", err)
+	}
+}

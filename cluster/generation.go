@@ -1,0 +1,246 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Generation is what every worker runs of a topology until the next one: the
+// plan, the worker of every task, and the checkpoint epoch to restore.
+type Generation struct {
+	Topology string `json:"topology"`
+	// Number is the fencing epoch carried in every frame, strictly
+	// increasing per topology: receivers drop frames of another
+	// generation. The first generation is 1.
+	Number uint64 `json:"number"`
+	// Parallelism is the effective parallelism of every component.
+	Parallelism map[string]int `json:"parallelism"`
+	// Assignment maps each task ID to the member that runs it.
+	Assignment map[int]string `json:"assignment"`
+	// RestoreFrom is the checkpoint epoch the tasks restore (0: none).
+	RestoreFrom uint64    `json:"restore_from"`
+	Leader      string    `json:"leader"`
+	Created     time.Time `json:"created"`
+	// Reason says why it was made: "submitted", "member w2 left",
+	// "rebalance"...
+	Reason string `json:"reason"`
+	// Fingerprint is the shape of the topology the leader planned with;
+	// a worker whose build has another refuses to run the generation.
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// Generations holds the current generation of each topology.
+type Generations interface {
+	// Current returns the topology's generation and its revision, or
+	// ErrNotFound before the first.
+	Current(ctx context.Context, topology string) (Generation, uint64, error)
+	// Next writes g as the topology's next generation if the current one is
+	// still at prevRev (0: none must exist) and returns the new revision.
+	// g.Number must be the current Number+1 (1 for the first). ErrConflict
+	// if another writer won.
+	Next(ctx context.Context, g Generation, prevRev uint64) (uint64, error)
+	// Watch sends the current generation, if there is one, then every new
+	// one until ctx ends; then it closes the channel. It closes it earlier
+	// if the watch breaks: a receiver that sees it closed while ctx is live
+	// watches again. Deletions are not sent.
+	Watch(ctx context.Context, topology string) (<-chan Generation, error)
+	// Delete forgets the topology's generations: a later first generation
+	// is 1 again, so the runtime deletes only once no task of the topology
+	// runs. A topology without a generation is not an error.
+	Delete(ctx context.Context, topology string) error
+}
+
+// KVGenerations is Generations in the JetStream KV bucket
+// ackflow_generations, one key per topology.
+type KVGenerations struct {
+	*generations
+}
+
+// NewKVGenerations opens the generations bucket, creating it if needed.
+// The caller keeps ownership of js and its connection.
+func NewKVGenerations(ctx context.Context, js jetstream.JetStream, opts ...Option) (*KVGenerations, error) {
+	b, err := openKVBucket(ctx, js, jetstream.KeyValueConfig{Bucket: GenerationsBucket, Description: "ackflow generations of running topologies"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &KVGenerations{&generations{b: b}}, nil
+}
+
+// MemoryGenerations is Generations in memory, for local mode and tests.
+type MemoryGenerations struct {
+	*generations
+}
+
+// NewMemoryGenerations returns an empty MemoryGenerations.
+func NewMemoryGenerations() *MemoryGenerations {
+	return &MemoryGenerations{&generations{b: newMemBucket(0)}}
+}
+
+// generations is Generations over a bucket.
+type generations struct {
+	b bucket
+}
+
+func (s *generations) Current(ctx context.Context, topology string) (Generation, uint64, error) {
+	if err := checkName("topology", topology); err != nil {
+		return Generation{}, 0, err
+	}
+	e, err := s.b.get(ctx, topology)
+	if errors.Is(err, errNoKey) {
+		return Generation{}, 0, fmt.Errorf("%w: topology %s has no generation in %s yet; its leader writes the first", ErrNotFound, topology, s.b.where())
+	}
+	if err != nil {
+		return Generation{}, 0, fmt.Errorf("cluster: cannot read the generation of topology %s in %s: %w; check the NATS connection and retry", topology, s.b.where(), err)
+	}
+	g, err := s.decode(e)
+	return g, e.rev, err
+}
+
+// Next reads the current generation to check g.Number against it; the
+// compare-and-set on prevRev makes sure that what it read is still current
+// when it writes.
+func (s *generations) Next(ctx context.Context, g Generation, prevRev uint64) (uint64, error) {
+	if err := checkGeneration(g); err != nil {
+		return 0, err
+	}
+	if err := s.checkNumber(ctx, g, prevRev); err != nil {
+		return 0, err
+	}
+	value, err := json.Marshal(g)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: generation %d of topology %s cannot be encoded: %w", g.Number, g.Topology, err)
+	}
+	var rev uint64
+	if prevRev == 0 {
+		rev, err = s.b.create(ctx, g.Topology, value)
+	} else {
+		rev, err = s.b.update(ctx, g.Topology, value, prevRev)
+	}
+	if errors.Is(err, errKeyExists) || errors.Is(err, errRevMismatch) {
+		return 0, s.conflict(g, prevRev)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("cluster: cannot write generation %d of topology %s in %s: %w; check the NATS connection, then read the current generation and retry", g.Number, g.Topology, s.b.where(), err)
+	}
+	return rev, nil
+}
+
+// checkNumber refuses a g that does not follow the generation at prevRev:
+// a bug in the caller, not a race, so it is not ErrConflict.
+func (s *generations) checkNumber(ctx context.Context, g Generation, prevRev uint64) error {
+	if prevRev == 0 {
+		if g.Number != 1 {
+			return fmt.Errorf("cluster: the first generation of topology %s must be number 1, not %d", g.Topology, g.Number)
+		}
+		return nil
+	}
+	prev, rev, err := s.Current(ctx, g.Topology)
+	if errors.Is(err, ErrNotFound) {
+		return s.conflict(g, prevRev)
+	}
+	if rev != prevRev && (err == nil || errors.Is(err, ErrInvalidEntry)) {
+		return s.conflict(g, prevRev)
+	}
+	if errors.Is(err, ErrInvalidEntry) {
+		// Written over a generation by something else. Workers ignore a
+		// generation numbered no higher than theirs, and no valid one
+		// before it was numbered higher than the revision it had, which
+		// is below this one.
+		if g.Number <= prevRev {
+			return fmt.Errorf("cluster: generation %d of topology %s replaces an invalid entry at revision %d; number it above the revision (%d)", g.Number, g.Topology, prevRev, prevRev+1)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if g.Number != prev.Number+1 {
+		return fmt.Errorf("cluster: generation %d of topology %s does not follow generation %d (revision %d); number it %d",
+			g.Number, g.Topology, prev.Number, prevRev, prev.Number+1)
+	}
+	return nil
+}
+
+func (s *generations) conflict(g Generation, prevRev uint64) error {
+	if prevRev == 0 {
+		return fmt.Errorf("%w: topology %s has a generation already (another leader wrote it); read it with Current and decide again", ErrConflict, g.Topology)
+	}
+	return fmt.Errorf("%w: the generation of topology %s changed after revision %d (another leader wrote one, or it was deleted); read it with Current and decide again", ErrConflict, g.Topology, prevRev)
+}
+
+func (s *generations) Watch(ctx context.Context, topology string) (<-chan Generation, error) {
+	if err := checkName("topology", topology); err != nil {
+		return nil, err
+	}
+	events, err := s.b.watch(ctx, topology)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: cannot watch the generations of topology %s in %s: %w; check the NATS connection and retry", topology, s.b.where(), err)
+	}
+	out := make(chan Generation)
+	go relay(ctx, events, out, func(ev event) []Generation {
+		if ev.initDone || ev.deleted {
+			return nil
+		}
+		g, err := s.decode(ev.entry)
+		if err != nil {
+			return nil // Current reports it
+		}
+		return []Generation{g}
+	})
+	return out, nil
+}
+
+func (s *generations) Delete(ctx context.Context, topology string) error {
+	if err := checkName("topology", topology); err != nil {
+		return err
+	}
+	if err := s.b.delete(ctx, topology, 0); err != nil {
+		return fmt.Errorf("cluster: cannot delete the generation of topology %s in %s: %w; check the NATS connection and retry", topology, s.b.where(), err)
+	}
+	return nil
+}
+
+// decode reads a generation and checks it as Next checks what it writes.
+func (s *generations) decode(e entry) (Generation, error) {
+	var g Generation
+	err := json.Unmarshal(e.value, &g)
+	if err == nil {
+		err = checkGeneration(g)
+	}
+	if err == nil && g.Topology != e.key {
+		err = fmt.Errorf("it is of topology %q", g.Topology)
+	}
+	if err != nil {
+		return Generation{}, fmt.Errorf("%w: entry %s in %s is not a valid generation: %w; the topology's leader writes a new generation over it", ErrInvalidEntry, e.key, s.b.where(), err)
+	}
+	return g, nil
+}
+
+// checkGeneration refuses a generation no leader writes: a worker must
+// not size its tasks from a parallelism past the bound, nor place a task
+// with a negative ID or on a member without a valid name.
+func checkGeneration(g Generation) error {
+	if err := checkName("topology", g.Topology); err != nil {
+		return err
+	}
+	if g.Number == 0 {
+		return fmt.Errorf("cluster: generation of topology %s has number 0; generations are numbered from 1", g.Topology)
+	}
+	if err := checkParallelism(fmt.Sprintf("generation %d", g.Number), g.Topology, g.Parallelism); err != nil {
+		return err
+	}
+	for task, member := range g.Assignment {
+		if task < 0 {
+			return fmt.Errorf("cluster: generation %d of topology %s assigns task %d, which cannot exist", g.Number, g.Topology, task)
+		}
+		if err := checkName("member", member); err != nil {
+			return fmt.Errorf("cluster: generation %d of topology %s assigns task %d: %w", g.Number, g.Topology, task, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// kvBucket is a bucket in JetStream KV.
+type kvBucket struct {
+	kv jetstream.KeyValue
+}
+
+// Bucket names. They are fixed so that every worker of a cluster finds the
+// same buckets without being told.
+const (
+	MembersBucket     = "ackflow_members"
+	TopologiesBucket  = "ackflow_topologies"
+	GenerationsBucket = "ackflow_generations"
+	LeadersBucket     = "ackflow_leaders"
+)
+
+// Option changes how the KV constructors create their buckets.
+type Option func(*options)
+
+type options struct{ replicas int }
+
+// Replicas makes the buckets keep n copies on the servers of a NATS
+// cluster (JetStream replicas; at most the number of servers), so that
+// losing a server loses no membership, submission or generation. Without
+// it a new bucket has one, and an existing bucket keeps what it has.
+func Replicas(n int) Option { return func(o *options) { o.replicas = n } }
+
+// openKVBucket binds to the bucket cfg describes, creating it, or updating
+// it if its configuration differs (a new TTL, when the cluster's timing
+// changed). An update keeps the bucket's replicas, which an operator may
+// have raised.
+func openKVBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, opts []Option) (*kvBucket, error) {
+	if js == nil {
+		return nil, fmt.Errorf("cluster: no JetStream context for bucket %s; pass one made with jetstream.New on a NATS connection", cfg.Bucket)
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg.Storage = jetstream.FileStorage // survives a restart of the server
+	cfg.Replicas = o.replicas
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = updateKVBucket(ctx, js, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: cannot create or update KV bucket %s: %w; check that the NATS server runs JetStream (v2.11 or newer, for TTL markers) and that the account may create streams", cfg.Bucket, err)
+	}
+	return &kvBucket{kv: kv}, nil
+}
+
+func updateKVBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && cfg.Replicas == 0 {
+		cfg.Replicas = bs.StreamInfo().Config.Replicas
+	}
+	return js.UpdateKeyValue(ctx, cfg)
+}
+
+// ttlBucketConfig is a bucket whose keys live for ttl after their last
+// write. The limit markers make an expiry visible to watchers (DESIGN.md
+// section 7); the server keeps a marker for at least a second.
+func ttlBucketConfig(name, description string, ttl time.Duration) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:         name,
+		Description:    description,
+		TTL:            ttl,
+		LimitMarkerTTL: max(ttl, time.Second),
+	}
+}
+
+func (b *kvBucket) where() string { return "bucket " + b.kv.Bucket() }
+
+func (b *kvBucket) get(ctx context.Context, key string) (entry, error) {
+	e, err := b.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return entry{}, errNoKey
+	}
+	if err != nil {
+		return entry{}, err
+	}
+	return entry{key: key, value: e.Value(), rev: e.Revision()}, nil
+}
+
+// create relies on KeyValue.Create, which also succeeds over a delete or
+// expiry marker.
+func (b *kvBucket) create(ctx context.Context, key string, value []byte) (uint64, error) {
+	rev, err := b.kv.Create(ctx, key, value)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, errKeyExists
+	}
+	return rev, err
+}
+
+func (b *kvBucket) update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	rev, err := b.kv.Update(ctx, key, value, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return 0, errRevMismatch
+	}
+	return rev, err
+}
+
+func (b *kvBucket) delete(ctx context.Context, key string, rev uint64) error {
+	var opts []jetstream.KVDeleteOpt
+	if rev != 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	err := b.kv.Delete(ctx, key, opts...)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return errRevMismatch
+	}
+	return err
+}
+
+// list reads the initial entries of a watch: KV has no call that returns
+// keys with their values in one go.
+func (b *kvBucket) list(ctx context.Context) ([]entry, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, err := b.watch(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	var entries []entry
+	for ev := range events {
+		if ev.initDone {
+			return entries, nil
+		}
+		if !ev.deleted {
+			entries = append(entries, ev.entry)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("the watch ended before it sent every key; check the NATS connection")
+}
+
+func (b *kvBucket) watch(ctx context.Context, key string) (<-chan event, error) {
+	// The watcher unsubscribes when its context ends; it must be one that
+	// ends, or nats.go leaves a goroutine waiting for it for good.
+	wctx, cancel := context.WithCancel(ctx)
+	var w jetstream.KeyWatcher
+	var err error
+	if key == "" {
+		w, err = b.kv.WatchAll(wctx)
+	} else {
+		w, err = b.kv.Watch(wctx, key)
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	out := make(chan event)
+	go func() {
+		defer close(out)
+		defer stopWatcher(w, cancel)
+		for {
+			var e jetstream.KeyValueEntry
+			var ok bool
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok = <-w.Updates():
+				if !ok {
+					return
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case out <- toEvent(e):
+			}
+		}
+	}()
+	return out, nil
+}
+
+// stopWatcher ends w and reads what is left in its channel: nats.go's
+// callback blocks on a full channel, and the channel is closed only when
+// that callback has returned and the subscription has ended.
+func stopWatcher(w jetstream.KeyWatcher, cancel context.CancelFunc) {
+	cancel()
+	_ = w.Stop() // an error means it has stopped already
+	for range w.Updates() {
+	}
+}
+
+// toEvent converts a watcher's entry; nats.go sends nil after the initial
+// entries.
+func toEvent(e jetstream.KeyValueEntry) event {
+	if e == nil {
+		return event{initDone: true}
+	}
+	return event{
+		entry:   entry{key: e.Key(), value: e.Value(), rev: e.Revision()},
+		deleted: e.Operation() != jetstream.KeyValuePut,
+	}
+}

@@ -1,0 +1,98 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// lossyBucket writes an update but reports a timeout, once armed: the reply
+// of a renewal that the server stored was lost on the way back.
+type lossyBucket struct {
+	*memBucket
+	armed atomic.Bool
+}
+
+func (b *lossyBucket) update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	newRev, err := b.memBucket.update(ctx, key, value, rev)
+	if err == nil && b.armed.CompareAndSwap(true, false) {
+		return 0, context.DeadlineExceeded
+	}
+	return newRev, err
+}
+
+var fast = MembersConfig{HeartbeatEvery: 100 * time.Millisecond, DeadAfter: 400 * time.Millisecond}
+
+func TestMemberSurvivesALostRenewalReply(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	b := &lossyBucket{memBucket: newMemBucket(fast.DeadAfter)}
+	cfg := fast
+	lost := make(chan error, 1)
+	cfg.OnLost = func(_ Member, err error) { lost <- err }
+	s := newMemberSet(b, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Join(ctx, Member{Name: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	b.armed.Store(true)
+	// Several beats: the next one after the lost reply finds a revision it
+	// did not know, sees its own value, and goes on from there.
+	time.Sleep(3 * fast.DeadAfter)
+	select {
+	case err := <-lost:
+		t.Fatalf("a lost reply lost the member: %v", err)
+	default:
+	}
+	if members, err := s.List(ctx); err != nil || len(members) != 1 {
+		t.Fatalf("List = %+v, %v; want w1 alive", members, err)
+	}
+	if b.armed.Load() {
+		t.Fatalf("no renewal happened")
+	}
+	// Leave, with the revision it adopted, removes it.
+	if err := s.Leave(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if members, _ := s.List(ctx); len(members) != 0 {
+		t.Fatalf("after Leave, List = %+v", members)
+	}
+}
+
+func TestLeaderSurvivesALostRenewalReply(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	b := &lossyBucket{memBucket: newMemBucket(fast.DeadAfter)}
+	e := newElector(b, fast)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leads := make(chan context.Context, 4)
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Campaign(ctx, "wc", "w1", func(ctx context.Context) {
+			leads <- ctx
+			<-ctx.Done()
+		})
+	}()
+	lctx := <-leads
+	b.armed.Store(true)
+	select {
+	case <-lctx.Done():
+		t.Fatalf("a lost renewal reply ended the leadership")
+	case <-time.After(3 * fast.DeadAfter):
+	}
+	if b.armed.Load() {
+		t.Fatalf("no renewal happened")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// It resigned with the revision it adopted.
+	if _, err := e.Leader(context.Background(), "wc"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after Campaign returned, Leader: %v, want ErrNotFound", err)
+	}
+}
