@@ -107,7 +107,9 @@ func TestJetStreamChain(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startNATS(t, embednats.Config{StoreDir: t.TempDir()})
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			// About 2 s alone under -race; the rest is room for a CI
+			// machine busy with other packages' tests.
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 
 			res, err := JetStreamChain(ctx, s.URL(), lines, tc.cfg)
@@ -158,6 +160,25 @@ func TestJetStreamChainNoWords(t *testing.T) {
 	if res.Lines != 3 || res.Words != 0 || len(res.Counts) != 0 || res.Elapsed <= 0 {
 		t.Errorf("got %d lines, %d words, counts %v in %s; want 3 lines, no words, a positive time",
 			res.Lines, res.Words, res.Counts, res.Elapsed)
+	}
+}
+
+// A run cut short says how far each stage got and where the server has
+// each consumer's messages, so a stalled run can be told from a slow one.
+func TestJetStreamChainCutShortSaysWhere(t *testing.T) {
+	noLeaks(t)
+	s := startNATS(t, embednats.Config{StoreDir: t.TempDir()})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := JetStreamChain(ctx, s.URL(), wordText(20000), ChainConfig{Memory: true, Timeout: 200 * time.Millisecond})
+	if err == nil {
+		t.Fatal("got no error from a run with a 200 ms timeout over 20,000 lines")
+	}
+	t.Log(err)
+	for _, want := range []string{"bench: jetstream chain stopped with", "consumer split:", "consumer count:", "undelivered", "the run did not finish within 200ms"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
 	}
 }
 

@@ -273,8 +273,9 @@ func JetStreamChain(ctx context.Context, url string, lines []string, cfg ChainCo
 	defer cancel(nil)
 
 	stopped := func() error {
-		return fmt.Errorf("bench: jetstream chain stopped with %d of %d lines split and %d words counted: %w",
-			split.done.Load(), len(lines), count.counted.Load(), context.Cause(ctx))
+		return fmt.Errorf("bench: jetstream chain stopped with %d of %d lines split and %d words counted (%s; %s): %w",
+			split.done.Load(), len(lines), count.counted.Load(),
+			consumerState(splitCons), consumerState(countCons), context.Cause(ctx))
 	}
 
 	start := time.Now()
@@ -441,12 +442,16 @@ func consumeBatches(ctx context.Context, cons jetstream.Consumer, batch int, wak
 	handle func(context.Context, []jetstream.Msg) (bool, error)) error {
 	msgs := make(chan jetstream.Msg, batch)
 	quit := make(chan struct{})
+	// A pull request that the server stops serving is noticed when its
+	// idle heartbeats stop; the client's defaults (30 s expiry, 15 s
+	// heartbeats) would stall a run for half a minute before it pulls
+	// again, so both are short here.
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		select {
 		case msgs <- m:
 		case <-quit:
 		}
-	}, jetstream.PullMaxMessages(batch))
+	}, jetstream.PullMaxMessages(batch), jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return fmt.Errorf("starting to consume: %w", err)
 	}
@@ -484,6 +489,20 @@ func consumeBatches(ctx context.Context, cons jetstream.Consumer, batch int, wak
 			return nil
 		}
 	}
+}
+
+// consumerState says where the server has cons, for the error of a run
+// that stopped: whether messages wait undelivered, delivered but unacked,
+// or the server holds no pull request for them.
+func consumerState(cons jetstream.Consumer) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Sprintf("consumer %s: %v", cons.CachedInfo().Name, err)
+	}
+	return fmt.Sprintf("consumer %s: %d undelivered, %d unacked, %d redelivered, %d pull requests waiting",
+		info.Name, info.NumPending, info.NumAckPending, info.NumRedelivered, info.NumWaiting)
 }
 
 // publishAsync publishes msg asynchronously, waiting while js already has

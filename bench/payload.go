@@ -26,7 +26,7 @@ func payloadRun(ctx context.Context, url string, n, size int) (ScaleRow, error) 
 	if err != nil {
 		return ScaleRow{}, err
 	}
-	cfg := workers.DefaultConfig()
+	cfg := config()
 	cfg.NATSURL = url
 	cfg.Guarantee = workers.AtLeastOnce
 	sum, err := workers.RunLocal(ctx, topo, cfg)

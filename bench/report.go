@@ -13,9 +13,9 @@ import (
 func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "ackflow bench (%s profile) on %s, %d CPUs, %s, %s\n\n", r.Profile, orUnknown(r.Machine.CPUModel), r.Machine.CPUs, r.Machine.GoVersion, r.Machine.Date)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\trecords/s\tvs raw NATS\tvs JetStream chain\tack msgs/record\tlost\t")
+	fmt.Fprintln(tw, "run\trecords/s\tvs plain Go\tvs raw NATS\tvs JetStream chain\tack msgs/record\tlost\t")
 	for _, row := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%s\t%d\t\n", row.Name, row.RecordsPerSec, row.VsRawNATS, row.VsJetStream, optional(row.AckMessagesPerRecord), row.Lost)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%d\t\n", row.Name, row.RecordsPerSec, row.VsPlainGo, row.VsRawNATS, row.VsJetStream, optional(row.AckMessagesPerRecord), row.Lost)
 	}
 	tw.Flush()
 	for _, u := range r.Unavailable {
@@ -30,9 +30,22 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, s := range r.RecordSize {
 		fmt.Fprintf(w, "  %5d-byte records: %.0f records/s, %.1f MiB/s\n", s.RecordBytes, s.RecordsPerSec, s.MiBPerSec)
 	}
+	if rl := r.RawLarge; rl.MiBPerSec > 0 {
+		fmt.Fprintf(w, "  raw NATS, %d-byte messages: %.0f msg/s, %.1f MiB/s\n", rl.RecordBytes, rl.RecordsPerSec, rl.MiBPerSec)
+	}
 	rc := r.Recovery
-	fmt.Fprintf(w, "\nrecovery at 50%% of the dedup peak, 3 workers: %d crashes; every tree complete after %s ms; throughput back to 90%% after %s ms; %d words lost\n",
-		rc.Crashes, floats(rc.TreesCompleteMs), floats(rc.Throughput90Ms), rc.Lost)
+	fmt.Fprintf(w, "\nrecovery at 50%% of the dedup peak, 3 workers: %d crashes; every tree complete after %s ms; throughput back to 90%% after %s; %d words lost\n",
+		rc.Crashes, floats(rc.TreesCompleteMs), endedFirst(floats(rc.Throughput90Ms), rc.EndedFirst), rc.Lost)
+	ls := r.Loss
+	fmt.Fprintf(w, "\nlost frames: word count of %d random lines, 3 workers, 30 s message timeout: %.2f s clean, %.2f s with %s (%.1fx); %d frames dropped, %d resent, %d trees timed out, %d words lost, %d duplicated\n",
+		ls.Lines, ls.CleanSeconds, ls.LossySeconds, ls.Chaos, ls.Ratio, ls.FramesDropped, ls.Resent, ls.TimedOut, ls.Lost, ls.Duplicated)
+	ck := r.Checkpoints
+	fmt.Fprintf(w, "\ncheckpoints (exactly-once at 50%% of the dedup peak, every %.0f ms): %d taken; spouts paused p50 %.2f ms, max %.2f ms; %d bytes each; %d words lost\n",
+		ck.IntervalMs, ck.Taken, ck.PauseP50Ms, ck.PauseMaxMs, ck.Bytes, ck.Lost)
+	if mc := r.Metrics; mc.OffRecordsPerSec > 0 {
+		fmt.Fprintf(w, "\nmetrics (at-least-once, scraped over HTTP every %.0f ms, best of %d runs each): %.0f records/s on, %.0f off (%.2f); %d scrapes, %d bytes a page\n",
+			mc.ScrapeEveryMs, metricsRuns, mc.OnRecordsPerSec, mc.OffRecordsPerSec, mc.Ratio, mc.Scrapes, mc.PageBytes)
+	}
 	m := r.Memory
 	fmt.Fprintf(w, "\nmemory: acker %.1f bytes per pending tree", m.AckerBytesPerTree)
 	if m.LogBytesPerEntry > 0 {
@@ -41,13 +54,20 @@ func (r *Report) WriteTable(w io.Writer) {
 	if m.DedupBitsPerID > 0 {
 		fmt.Fprintf(w, ", dedup %.1f bits per remembered ID", m.DedupBitsPerID)
 	}
-	fmt.Fprint(w, "\n\ngoals (DESIGN.md section 11; reported, not asserted):\n")
+	fmt.Fprintln(w)
+	if b := r.Breakdown; len(b.Parts) > 0 {
+		fmt.Fprintf(w, "\nwhere the CPU time goes (at-least-once word count, dedup on; %.0f ns of CPU per record, all cores, NATS server included):\n", b.NsPerRecord)
+		for _, p := range b.Parts {
+			fmt.Fprintf(w, "  %-46s %5.1f%%  %6.0f ns/record\n", p.Name, 100*p.Share, p.NsPerRecord)
+		}
+	}
+	fmt.Fprint(w, "\ngoals (DESIGN.md section 11; reported, not asserted):\n")
 	for _, g := range r.Goals {
 		mark := "missed"
 		if g.Met {
 			mark = "met"
 		}
-		fmt.Fprintf(w, "  %-40s %-9s %10.2f  %s\n", g.Name, g.Target, g.Value, mark)
+		fmt.Fprintf(w, "  %-52s %-9s %10.2f  %s\n", g.Name, g.Target, g.Value, mark)
 	}
 }
 
@@ -86,6 +106,18 @@ func floats(vs []float64) string {
 		parts[i] = fmt.Sprintf("%.0f", v)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// endedFirst adds the crashes near the end of a run, after which the input
+// ran out before the rate could come back: there is nothing to measure.
+func endedFirst(measured string, n int) string {
+	switch {
+	case n == 0:
+		return measured + " ms"
+	case measured == "-":
+		return fmt.Sprintf("n/a for %d (the run ended first)", n)
+	}
+	return fmt.Sprintf("%s ms; n/a for %d (the run ended first)", measured, n)
 }
 
 func orUnknown(s string) string {

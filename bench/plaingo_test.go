@@ -1,0 +1,35 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ackflow/ackflow/examples/wordcount"
+)
+
+// TestPlainGoRow: the floor row counts every word of the input, and its
+// records are the lines and words a word count topology moves.
+func TestPlainGoRow(t *testing.T) {
+	s := &suite{dir: t.TempDir(), rep: &Report{}}
+	if err := s.prepareInput(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.plainGo(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	row := s.rep.Row("plain-go")
+	if row == nil || row.Lost != 0 || row.RecordsPerSec <= 0 {
+		t.Fatalf("plain-go row: %+v", row)
+	}
+	want := int64(len(s.lines))
+	for _, l := range s.lines {
+		want += int64(len(wordcount.SplitWords(l)))
+	}
+	if row.Records != want {
+		t.Fatalf("plain-go moved %d records, the topology moves %d (lines and words)", row.Records, want)
+	}
+	s.relate(row)
+	if row.VsPlainGo != 1 {
+		t.Fatalf("plain-go relative to itself: %v", row.VsPlainGo)
+	}
+}

@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+)
+
+// Impossible lists the figures of the report that cannot be true: a
+// negative, infinite or NaN number anywhere (a time, a rate, a byte count
+// after an unsigned underflow), percentiles out of order, a row whose rate
+// does not match its records and seconds, a memory figure larger than the
+// heap the process ever had, a CPU breakdown whose parts do not add up.
+// An empty list means every figure is possible, not that it is right.
+// `ackflow bench` refuses to print a report with any.
+func (r *Report) Impossible() []string {
+	var bad []string
+	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
+	walk(reflect.ValueOf(*r), "report", func(path string, v float64) {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			add("%s is %v", path, v)
+		}
+	})
+	for _, row := range r.Rows {
+		if row.Seconds > 0 && row.Records > 0 {
+			if want := float64(row.Records) / row.Seconds; math.Abs(row.RecordsPerSec-want) > 0.05*want {
+				add("row %s: %.0f records/s, but %d records in %.3f s is %.0f/s", row.Name, row.RecordsPerSec, row.Records, row.Seconds, want)
+			}
+		}
+	}
+	if l := r.Latency; l.P99Ms > 0 && (l.P50Ms > l.P99Ms || l.P99Ms > l.P999Ms) {
+		add("latency percentiles out of order: p50 %.2f, p99 %.2f, p99.9 %.2f ms", l.P50Ms, l.P99Ms, l.P999Ms)
+	}
+	if m := r.Memory; m.HeapSysBytes > 0 {
+		for _, f := range []struct {
+			what    string
+			perItem float64
+			items   int
+		}{{"acker bytes per pending tree", m.AckerBytesPerTree, m.AckerTrees}, {"output log bytes per entry", m.LogBytesPerEntry, m.LogEntries}} {
+			if f.perItem*float64(f.items) > float64(m.HeapSysBytes) {
+				add("%s: %.1f for %d items is more than the %d bytes of heap the process had", f.what, f.perItem, f.items, m.HeapSysBytes)
+			}
+		}
+	}
+	if m := r.Memory; m.DedupBitsPerID > 0 && m.DedupBitsPerID < 1 {
+		add("dedup %.2f bits per ID: a Bloom filter with a false-positive rate below 50%% needs more than one", m.DedupBitsPerID)
+	}
+	if b := r.Breakdown; len(b.Parts) > 0 {
+		sum, ns := 0.0, 0.0
+		for _, p := range b.Parts {
+			sum += p.Share
+			ns += p.NsPerRecord
+		}
+		if math.Abs(sum-1) > 0.001 || math.Abs(ns-b.NsPerRecord) > 0.001*b.NsPerRecord {
+			add("CPU breakdown: shares add up to %.4f and parts to %.1f of %.1f ns per record", sum, ns, b.NsPerRecord)
+		}
+	}
+	for _, g := range r.Goals {
+		if g.Met && g.Value == 0 && g.Target != "" && g.Target[0] == '>' {
+			add("goal %q met with a value of 0", g.Name)
+		}
+	}
+	return bad
+}
+
+// walk calls f with every float and signed integer in v, named by its path.
+func walk(v reflect.Value, path string, f func(string, float64)) {
+	switch v.Kind() {
+	case reflect.Float32, reflect.Float64:
+		f(path, v.Float())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		f(path, float64(v.Int()))
+	case reflect.Struct:
+		for i := range v.NumField() {
+			walk(v.Field(i), path+"."+v.Type().Field(i).Name, f)
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			walk(v.Index(i), fmt.Sprintf("%s[%d]", path, i), f)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// saneReport is a report whose every figure is possible.
+func saneReport() *Report {
+	return &Report{
+		Rows: []Row{{Name: "plain-go", RecordsPerSec: 1e7, Records: 1e7, Seconds: 1, VsPlainGo: 1},
+			{Name: "at-least-once", RecordsPerSec: 2e6, Records: 1e6, Seconds: 0.5, VsPlainGo: 0.2}},
+		Latency:  Latency{LoadRecordsPerSec: 1e6, P50Ms: 0.5, P99Ms: 4, P999Ms: 9},
+		Recovery: Recovery{Crashes: 2, TreesCompleteMs: []float64{400}, Throughput90Ms: []float64{450}, EndedFirst: 1},
+		Memory: Memory{AckerBytesPerTree: 40, LogBytesPerEntry: 250, DedupBitsPerID: 25, AckerTrees: 200_000, LogEntries: 100_000,
+			HeapSysBytes: 1 << 30},
+		Breakdown: Breakdown{Records: 100, CPUSeconds: 1e-4, NsPerRecord: 1000,
+			Parts: []Part{{Name: "a", Share: 0.75, NsPerRecord: 750}, {Name: "b", Share: 0.25, NsPerRecord: 250}}},
+		Goals: []Goal{{Name: "x", Target: ">= 1", Value: 2, Met: true}},
+	}
+}
+
+// TestImpossibleFigures: each impossible figure is named, a sane report
+// has none, and `ackflow bench` (which refuses a report with any) would
+// print the sane one.
+func TestImpossibleFigures(t *testing.T) {
+	if bad := saneReport().Impossible(); len(bad) > 0 {
+		t.Fatalf("a sane report is called impossible: %q", bad)
+	}
+	for _, c := range []struct {
+		name, want string
+		edit       func(*Report)
+	}{
+		{"negative recovery", "Recovery.TreesCompleteMs[0] is -1", func(r *Report) { r.Recovery.TreesCompleteMs[0] = -1 }},
+		{"NaN latency", "Latency.P99Ms is NaN", func(r *Report) { r.Latency.P99Ms = math.NaN() }},
+		{"infinite rate", "Rows[0].RecordsPerSec is +Inf", func(r *Report) { r.Rows[0].RecordsPerSec = math.Inf(1) }},
+		{"negative lost", "Rows[1].Lost is -3", func(r *Report) { r.Rows[1].Lost = -3 }},
+		{"rate not records/seconds", "row at-least-once: 3000000 records/s", func(r *Report) { r.Rows[1].RecordsPerSec = 3e6 }},
+		{"percentiles out of order", "percentiles out of order", func(r *Report) { r.Latency.P50Ms = 5 }},
+		{"bytes per tree beyond the heap (an unsigned underflow)", "acker bytes per pending tree: 92233720368338.5", func(r *Report) { r.Memory.AckerBytesPerTree = 92233720368338.5 }},
+		{"log bytes beyond the heap", "output log bytes per entry", func(r *Report) { r.Memory.LogBytesPerEntry = 1 << 20 }},
+		{"dedup under a bit", "bits per ID", func(r *Report) { r.Memory.DedupBitsPerID = 0.5 }},
+		{"breakdown not adding up", "CPU breakdown", func(r *Report) { r.Breakdown.Parts[0].Share = 0.5 }},
+		{"goal met by nothing", `goal "x" met with a value of 0`, func(r *Report) { r.Goals[0].Value = 0 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := saneReport()
+			c.edit(r)
+			bad := r.Impossible()
+			if !strings.Contains(strings.Join(bad, "\n"), c.want) {
+				t.Fatalf("got %q, want a complaint containing %q", bad, c.want)
+			}
+		})
+	}
+}
+
+// TestBackToWithoutRecovery: a crash after which the rate never came back
+// (the input ran out) is not a figure: it is counted apart.
+func TestBackToWithoutRecovery(t *testing.T) {
+	if d, ok := backTo(nil, 0, 1); ok || d != 0 {
+		t.Fatalf("backTo with no samples = %v, %v", d, ok)
+	}
+}
+
+// TestPartOf: a sample goes to the innermost frame with a part, so an
+// allocation counts for the code that made it.
+func TestPartOf(t *testing.T) {
+	for _, c := range []struct {
+		stack []string
+		want  string
+	}{
+		{[]string{"runtime.mallocgc", "github.com/ackflow/ackflow/wire.(*decoder).record", "github.com/ackflow/ackflow/workers.(*Worker).run"}, "codec (frames)"},
+		{[]string{"github.com/ackflow/ackflow/dedup.(*Filter).probe", "github.com/ackflow/ackflow/dedup.(*Filter).Check", "github.com/ackflow/ackflow/workers.(*boltExec).dispatch"}, "dedup (Bloom filter, exact ring)"},
+		{[]string{"strings.FieldsFunc", "github.com/ackflow/ackflow/examples/wordcount.SplitWords", "github.com/ackflow/ackflow/workers.(*boltExec).execute"}, "user code (split, count)"},
+		{[]string{"runtime.gcBgMarkWorker"}, goRuntime},
+		{[]string{"github.com/nats-io/nats-server/v2/server.(*client).readLoop"}, "NATS server (embedded)"},
+	} {
+		if got := partOf(c.stack); got != c.want {
+			t.Errorf("partOf(%q) = %q, want %q", c.stack, got, c.want)
+		}
+	}
+}
