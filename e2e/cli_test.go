@@ -179,7 +179,6 @@ func TestRunRefusesWhatDoesNotExist(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "wordcount", "--guarantee", "exactly-once"}, "checkpoints"},
 		{[]string{"run", "wordcount", "--guarantee", "twice"}, "unknown guarantee"},
 		{[]string{"run", "nosuchjob"}, "unknown job"},
 		{[]string{"run", "wordcount", "--input", "/nonexistent/file"}, "no such file"},
@@ -187,6 +186,13 @@ func TestRunRefusesWhatDoesNotExist(t *testing.T) {
 		{[]string{"run", "wordcount", "--parallelism", "nope=2"}, "not a component"},
 		{[]string{"run", "wordcount", "--chaos", "drop=2"}, "probability"},
 		{[]string{"run", "wordcount", "--workers", "0"}, "workers"},
+		{[]string{"run", "wordcount", "--rate", "nan"}, "--rate"},
+		{[]string{"run", "wordcount", "--resume"}, "--resume needs the --checkpoint-dir"},
+		{[]string{"run", "wordcount", "--guarantee", "at-most-once", "--checkpoint-every", "1s"}, "checkpoints need at-least-once"},
+		{[]string{"run", "pageviews", "--events", "0"}, "--events 0"},
+		{[]string{"run", "wordcount", "--max-attempts", "-1"}, "max attempts"},
+		{[]string{"run", "wordcount", "--random-lines", "10", "--input", "x.txt"}, "not both"},
+		{[]string{"run", "wordcount", "--dead-letters", "/nonexistent/dir/dlq.jsonl", "--chaos", "fail=1", "--max-attempts", "1", "--random-lines", "5"}, "/nonexistent/dir does not exist"},
 	}
 	for _, c := range cases {
 		_, stderr, err := ackflow(t, time.Minute, c.args...)
@@ -211,6 +217,91 @@ func TestRunBundledAtLeastOnceWithChaos(t *testing.T) {
 	}
 }
 
+// TestRunLossyRandomTextIsExact is the run that took four minutes before
+// lost frames were resent: 20,000 random lines, 3 workers, 5% of frames
+// lost, the default 30 s message timeout. The binary checks its counts
+// against the generator's and fails if they differ.
+func TestRunLossyRandomTextIsExact(t *testing.T) {
+	stdout, stderr, err := ackflow(t, 3*time.Minute, "run", "wordcount", "--random-lines", "20000", "--workers", "3",
+		"--chaos", "drop=0.05,dup=0.01,seed=5")
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, stdout, stderr)
+	}
+	for _, want := range []string{"0 occurrences missing, 0 counted more than once", "frames resent"} {
+		if !strings.Contains(stdout, want) {
+			t.Fatalf("the output does not say %q:\n%s", want, stdout)
+		}
+	}
+	t.Log(stdout)
+}
+
+// TestRunDeadLettersToAFile fails every line twice: each goes to the
+// dead-letter file, the summary says so, and the run ends normally.
+func TestRunDeadLettersToAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dead.jsonl")
+	stdout, stderr, err := ackflow(t, 3*time.Minute, "run", "wordcount", "--random-lines", "50", "--chaos", "fail=1,seed=1",
+		"--max-attempts", "2", "--dead-letters", path)
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, stdout, stderr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(b, []byte("\n")); n != 50 {
+		t.Fatalf("%d dead letters in %s, want 50", n, path)
+	}
+	if !strings.Contains(stdout, "50 records failed too often and went to the dead letters (in "+path) || !strings.Contains(stdout, "chaos: injected failure") {
+		t.Fatalf("the summary does not report the dead letters:\n%s", stdout)
+	}
+}
+
+// TestRunRateInf: an infinite rate means unpaced, not a hang.
+func TestRunRateInf(t *testing.T) {
+	stdout, stderr, err := ackflow(t, time.Minute, "run", "wordcount", "--rate", "inf")
+	if err != nil || !strings.Contains(stdout, "1.    the") {
+		t.Fatalf("%v\n%s\n%s", err, stdout, stderr)
+	}
+}
+
+// TestRunInterruptedPrintsSummary: Ctrl-C stops a run and still prints
+// what it did.
+func TestRunInterruptedPrintsSummary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "run", "wordcount", "--random-lines", "100000", "--rate", "10000")
+	// The random input goes to TMPDIR; a test directory keeps anything
+	// the interrupted run might leave out of the machine's /tmp.
+	tmp := t.TempDir()
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	defer func() {
+		if left, _ := os.ReadDir(tmp); len(left) > 0 {
+			t.Logf("the interrupted run left %d files in its TMPDIR, e.g. %s", len(left), left[0].Name())
+		}
+	}()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("exit %v (deadline %v)", err, ctx.Err())
+	}
+	for _, want := range []string{"interrupted", "top words:", "source records", "component"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("stdout does not say %q:\n%s\nstderr:\n%s", want, out.String(), errb.String())
+		}
+	}
+	if !strings.Contains(errb.String(), "interrupted before the input was processed") {
+		t.Fatalf("stderr: %s", errb.String())
+	}
+}
+
 // TestBenchQuick is the CI smoke test of the benchmark suite: it fails only
 // if a run errors or loses records, never on timing.
 func TestBenchQuick(t *testing.T) {
@@ -230,6 +321,17 @@ func TestBenchQuick(t *testing.T) {
 		Recovery struct {
 			Lost int64 `json:"lost"`
 		} `json:"recovery"`
+		Loss struct {
+			Lost       int64 `json:"lost"`
+			Duplicated int64 `json:"duplicated"`
+			Resent     int64 `json:"frames_resent"`
+		} `json:"loss_recovery"`
+		Breakdown struct {
+			Parts []struct {
+				Name  string  `json:"name"`
+				Share float64 `json:"share"`
+			} `json:"parts"`
+		} `json:"cpu_breakdown"`
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
@@ -252,6 +354,18 @@ func TestBenchQuick(t *testing.T) {
 	}
 	if rep.Recovery.Lost != 0 {
 		t.Errorf("recovery lost %d records", rep.Recovery.Lost)
+	}
+	if l := rep.Loss; l.Lost != 0 || l.Duplicated != 0 || l.Resent == 0 {
+		t.Errorf("lossy run: %d lost, %d duplicated, %d frames resent", l.Lost, l.Duplicated, l.Resent)
+	}
+	parts := map[string]float64{}
+	for _, p := range rep.Breakdown.Parts {
+		parts[p.Name] = p.Share
+	}
+	for _, p := range []string{"dedup (Bloom filter, exact ring)", "user code (split, count)", "codec (frames)"} {
+		if parts[p] <= 0 {
+			t.Errorf("the CPU breakdown has no time for %q: %v", p, parts)
+		}
 	}
 	if svg, err := os.ReadFile(filepath.Join(dir, "bench.svg")); err != nil || !bytes.Contains(svg, []byte("<svg")) {
 		t.Errorf("no SVG chart next to the JSON: %v", err)
