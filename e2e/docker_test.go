@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -409,22 +410,57 @@ func feedWithGo(t *testing.T, ctx context.Context, js jetstream.JetStream, c *do
 		vocab[i] = fmt.Sprintf("w%x", rng.Uint32()%0xfffff)
 	}
 	c.oracle = map[string]int64{}
-	for i := 0; i < c.lines; i++ {
+	subject := fmt.Sprintf("in.%d", c.n)
+	lines := make([]*nats.Msg, c.lines)
+	futures := make([]jetstream.PubAckFuture, c.lines)
+	for i := range lines {
 		words := make([]string, 1+rng.IntN(8))
 		for j := range words {
 			words[j] = vocab[rng.IntN(len(vocab))]
 			c.oracle[words[j]]++
 		}
-		if _, err := js.PublishAsync(fmt.Sprintf("in.%d", c.n), []byte(strings.Join(words, " "))); err != nil {
-			fatalf(t, "%v", err)
-		}
+		// A message ID per line lets a publish be repeated without
+		// storing the line twice.
+		lines[i] = &nats.Msg{Subject: subject, Data: []byte(strings.Join(words, " ")), Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("%d-%d", c.n, i)}}}
+		futures[i] = publishAsync(t, ctx, js, lines[i])
 	}
 	select {
 	case <-js.PublishAsyncComplete():
 	case <-ctx.Done():
 		fatalf(t, "%v", "the input was not stored in time")
 	}
+	// A cluster busy with the previous case's recovery can time out an
+	// ack; such lines are published again, one at a time.
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+			continue
+		case <-f.Err():
+		}
+		if _, err := js.PublishMsg(ctx, lines[i]); err != nil {
+			fatalf(t, "input line %d was not stored: %v", i, err)
+		}
+	}
 	waitMessages(t, js, c.in, c.lines)
+}
+
+// publishAsync publishes msg asynchronously, waiting while the client has
+// its maximum of unacknowledged publishes: the client gives up such a wait
+// after 200 ms (ErrTooManyStalledMsgs), which a three-node cluster
+// recovering from the previous case's fault can exceed.
+func publishAsync(t *testing.T, ctx context.Context, js jetstream.JetStream, msg *nats.Msg) jetstream.PubAckFuture {
+	for {
+		f, err := js.PublishMsgAsync(msg)
+		if err == nil {
+			return f
+		}
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			fatalf(t, "publishing input to %s: %v", msg.Subject, err)
+		}
+		if ctx.Err() != nil {
+			fatalf(t, "publishing input to %s: the client stayed stalled until the case's time ran out: %v", msg.Subject, err)
+		}
+	}
 }
 
 func waitMessages(t *testing.T, js jetstream.JetStream, stream string, n int) {
