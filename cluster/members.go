@@ -186,8 +186,10 @@ type heartbeat struct {
 	stop   chan struct{} // closed to stop the heartbeats
 	done   chan struct{} // closed when the heartbeat goroutine has returned
 	paused atomic.Bool
-	rev    uint64 // written by the heartbeat goroutine only; read after done
-	lost   error  // why stop was closed, if the member is lost; set before the close
+	// renewed is when the entry was last written (unix nanos).
+	renewed atomic.Int64
+	rev     uint64 // written by the heartbeat goroutine only; read after done
+	lost    error  // why stop was closed, if the member is lost; set before the close
 }
 
 func newMemberSet(b bucket, cfg MembersConfig) *memberSet {
@@ -215,6 +217,7 @@ func (s *memberSet) Join(ctx context.Context, m Member) error {
 		return fmt.Errorf("cluster: cannot join member %s in %s: %w; check the NATS connection and retry", m.Name, s.b.where(), err)
 	}
 	hb := &heartbeat{member: m, value: value, stop: make(chan struct{}), done: make(chan struct{}), rev: rev}
+	hb.renewed.Store(time.Now().UnixNano())
 	s.mu.Lock()
 	if old := s.beats[m.Name]; old != nil {
 		// The old one's entry expired (it was paused, or its ctx ended)
@@ -312,6 +315,7 @@ func (s *memberSet) renew(ctx context.Context, hb *heartbeat) error {
 	rev, err := s.b.update(ctx, hb.member.Name, hb.value, hb.rev)
 	if err == nil {
 		hb.rev = rev
+		hb.renewed.Store(time.Now().UnixNano())
 		return nil
 	}
 	if errors.Is(err, errRevMismatch) {
@@ -330,6 +334,7 @@ func (s *memberSet) reclaim(ctx context.Context, hb *heartbeat) error {
 	switch {
 	case err == nil && bytes.Equal(e.value, hb.value):
 		hb.rev = e.rev
+		hb.renewed.Store(time.Now().UnixNano())
 		return nil
 	case err == nil:
 		return s.lost(ctx, name)
@@ -342,6 +347,7 @@ func (s *memberSet) reclaim(ctx context.Context, hb *heartbeat) error {
 	}
 	if err == nil {
 		hb.rev = rev
+		hb.renewed.Store(time.Now().UnixNano())
 	}
 	return nil
 }
@@ -349,6 +355,18 @@ func (s *memberSet) reclaim(ctx context.Context, hb *heartbeat) error {
 func (s *memberSet) lost(ctx context.Context, name string) error {
 	return fmt.Errorf("%w: member %s expired (this worker was paused or cut off from NATS for more than %v) and %s joined under its name; its heartbeats have stopped: stop this worker, or restart it under another name",
 		ErrNameTaken, name, s.cfg.DeadAfter, s.holder(ctx, name))
+}
+
+// Renewed returns when this process last wrote the entry of name, a member
+// it joined; false if it never joined name or has left it.
+func (s *memberSet) Renewed(name string) (time.Time, bool) {
+	s.mu.Lock()
+	hb := s.beats[name]
+	s.mu.Unlock()
+	if hb == nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, hb.renewed.Load()), true
 }
 
 // live returns the heartbeat of a member this process keeps alive.

@@ -27,6 +27,7 @@ func RunMembers(t *testing.T, open func(t *testing.T, cfg cluster.MembersConfig)
 		{"LeaveRemovesAtOnce", leaveAtOnce},
 		{"ExpiresWhenHeartbeatsStop", expiry},
 		{"PausedMemberExpiresAndRejoins", pausedMember},
+		{"RenewedFollowsTheHeartbeats", renewed},
 	})
 }
 
@@ -255,6 +256,55 @@ func expiry(t *testing.T, open membersOpener) {
 	}
 	join(t, ctx, s, sampleMember("w1", 2)) // the name is free again
 	leave(t, s, "w1")
+}
+
+// renewer is what the stores of this project offer besides Members: when
+// this process last renewed a member's entry (local mode's status shows it).
+type renewer interface {
+	Renewed(name string) (time.Time, bool)
+}
+
+func renewed(t *testing.T, open membersOpener) {
+	s := open(t, Timing)
+	r, ok := s.(renewer)
+	if !ok {
+		t.Skipf("%T does not report renewals", s)
+	}
+	if _, ok := r.Renewed("w1"); ok {
+		t.Fatal("Renewed reports a member that never joined")
+	}
+	ctx := background(t)
+	jctx, stopHeartbeats := context.WithCancel(ctx)
+	defer stopHeartbeats()
+	before := time.Now()
+	join(t, jctx, s, sampleMember("w1", 1))
+	first, ok := r.Renewed("w1")
+	if !ok || first.Before(before) {
+		t.Fatalf("right after Join, Renewed = %v, %v; want a time after %v", first, ok, before)
+	}
+	// Renewals move it on while the heartbeats go on.
+	deadline := time.Now().Add(5 * Timing.HeartbeatEvery)
+	for {
+		if at, _ := r.Renewed("w1"); at.After(first) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Renewed stayed at %v for %v with heartbeats every %v", first, 5*Timing.HeartbeatEvery, Timing.HeartbeatEvery)
+		}
+		time.Sleep(Timing.HeartbeatEvery / 5)
+	}
+	// Once they stop it stays where it was.
+	stopHeartbeats()
+	time.Sleep(Timing.HeartbeatEvery / 2) // a renewal in progress lands
+	last, _ := r.Renewed("w1")
+	time.Sleep(2 * Timing.HeartbeatEvery)
+	if at, _ := r.Renewed("w1"); !at.Equal(last) {
+		t.Fatalf("Renewed moved from %v to %v after the heartbeats stopped", last, at)
+	}
+	leave(t, s, "w1")
+	if at, ok := r.Renewed("w1"); ok {
+		t.Fatalf("after Leave, Renewed = %v, true; want false", at)
+	}
 }
 
 func pausedMember(t *testing.T, open membersOpener) {
