@@ -119,8 +119,9 @@ type Worker struct {
 	Host    string
 	PID     int
 	Started time.Time
-	// Heartbeat is the latest sign of life: the supervisor's latest
-	// heartbeat (local mode) or the worker's latest report (cluster mode).
+	// Heartbeat is the latest sign of life: the latest renewal of the
+	// slot's membership entry (local mode) or the worker's latest report
+	// (cluster mode).
 	Heartbeat time.Time
 	// State is live (a member of the cluster, whose heartbeats renew its
 	// entry; a worker slot of a running local run), crashed (a slot whose

@@ -23,7 +23,7 @@ import (
 )
 
 // TestGarbageOnControlSubjectsIsCountedAndDropped publishes messages that
-// do not parse on a run's control, heartbeat and checkpoint-reply subjects,
+// do not parse on a run's control and checkpoint-reply subjects,
 // and an oversized one to a task, while the run takes checkpoints: each is
 // counted as a bad frame and dropped, the run goes on, and every record
 // arrives once.
@@ -40,7 +40,6 @@ func TestGarbageOnControlSubjectsIsCountedAndDropped(t *testing.T) {
 		func() topology.Bolt { return &pass{} }, sink)
 	control := [][]byte{nil, []byte("bp"), []byte("bp x"), []byte("bp 99"), []byte("bp -1"), []byte("dead 0"), []byte("dead 0 x 1 2"),
 		[]byte("ckpt"), []byte("ckpt pause x 1"), []byte("ckpt explode 1 1"), []byte("zzz 0"), bytes.Repeat([]byte("x "), 50_000)}
-	heartbeats := [][]byte{nil, []byte("1"), []byte("0 x"), []byte("99 1"), []byte("-1 1"), []byte("a b c")}
 	replies := [][]byte{nil, []byte("{"), []byte("not json"), bytes.Repeat([]byte{0xff}, 300)}
 	oversized := bytes.Repeat([]byte{0xa5}, 1<<20)
 
@@ -58,9 +57,6 @@ func TestGarbageOnControlSubjectsIsCountedAndDropped(t *testing.T) {
 		for _, m := range control {
 			nc.Publish("ackflow.hostile.ctl", m)
 		}
-		for _, m := range heartbeats {
-			nc.Publish("ackflow.hostile.hb", m)
-		}
 		for _, m := range replies {
 			nc.Publish("ackflow.hostile.ckpt", m)
 		}
@@ -75,10 +71,9 @@ func TestGarbageOnControlSubjectsIsCountedAndDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every worker reads the control subject; the supervisor the
-	// heartbeats; the coordinator the checkpoint replies; one task the
-	// oversized frame.
-	want := int64(2*len(control) + len(heartbeats) + len(replies) + 1)
+	// Every worker reads the control subject; the coordinator the
+	// checkpoint replies; one task the oversized frame.
+	want := int64(2*len(control) + len(replies) + 1)
 	if sum.BadFrames < want {
 		t.Fatalf("counted %d bad frames, published %d that do not parse", sum.BadFrames, want)
 	}

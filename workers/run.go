@@ -53,7 +53,6 @@ type run struct {
 
 	subjects   []string // per task
 	ctlSubject string
-	hbSubject  string
 
 	exhausted []atomic.Bool  // per task: spout source done
 	pending   []atomic.Int64 // per task: spout trees in flight or queued for replay
@@ -122,7 +121,6 @@ func newRun(topo *topology.Topology, p *plan, cfg Config) *run {
 		counters:       make([]*taskCounters, len(p.tasks)),
 		ctlSubject:     "ackflow." + topo.Name + ".ctl",
 		ckptSubject:    "ackflow." + topo.Name + ".ckpt",
-		hbSubject:      "ackflow." + topo.Name + ".hb",
 		exhausted:      make([]atomic.Bool, len(p.tasks)),
 		pending:        make([]atomic.Int64, len(p.tasks)),
 		held:           make([]atomic.Int64, len(p.tasks)),

@@ -220,7 +220,8 @@ type LocalWorker struct {
 	// crash is the next incarnation, and frames from earlier ones are
 	// dropped (the fencing epoch of local mode).
 	Incarnation uint64
-	// Heartbeat is when its latest heartbeat arrived (zero before the first).
+	// Heartbeat is when its membership entry was last renewed (zero for a
+	// slot between incarnations).
 	Heartbeat time.Time
 	// Crashed says it died and its replacement has not started yet.
 	Crashed bool
@@ -275,7 +276,11 @@ func (s *supervisor) status() ([]LocalWorker, []LocalTask) {
 	ws := make([]LocalWorker, len(inc))
 	for slot := range ws {
 		ws[slot] = LocalWorker{Slot: slot, Incarnation: inc[slot], Crashed: crashed[slot]}
-		if at := s.seen[slot].Load(); at > 0 {
+		// Between incarnations and after the run, the membership has no
+		// entry of the slot: the last time it was seen alive stands.
+		if at, ok := s.members.Renewed(memberName(slot, inc[slot])); ok {
+			ws[slot].Heartbeat = at
+		} else if at := s.seen[slot].Load(); at > 0 {
 			ws[slot].Heartbeat = time.Unix(0, at)
 		}
 	}

@@ -6,27 +6,29 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ackflow/ackflow/checkpoint"
+	"github.com/ackflow/ackflow/cluster"
 	"github.com/nats-io/nats.go"
 )
 
-// supervisor starts the worker slots, detects dead workers from missing
-// heartbeats, restarts them and tells the others (local mode's stand-in for
-// the cluster's KV-based membership).
+// supervisor starts the worker slots, detects dead workers, restarts them
+// and tells the others. Liveness is the cluster's membership (cluster.Members)
+// over an in-memory bucket: each incarnation of a slot joins as a member and
+// keeps its entry alive while it runs, exactly as a worker process does in
+// the KV bucket of cluster mode, and a slot whose entry expired is dead.
 type supervisor struct {
-	ctx  context.Context
-	r    *run
-	nc   *nats.Conn
-	mu   sync.Mutex
-	live []*Worker
-	inc  []uint64
-	seen []atomic.Int64 // per slot: unix nanos of the last heartbeat
+	ctx     context.Context
+	r       *run
+	nc      *nats.Conn
+	members *cluster.MemoryMembers
+	mu      sync.Mutex
+	live    []*Worker
+	inc     []uint64
+	seen    []atomic.Int64 // per slot: unix nanos when the membership last listed it
 
 	crashes   atomic.Int64
 	crashLog  []time.Time    // guarded by mu
@@ -40,41 +42,21 @@ type supervisor struct {
 }
 
 func newSupervisor(ctx context.Context, r *run) (*supervisor, error) {
+	members, err := cluster.NewMemoryMembers(cluster.MembersConfig{HeartbeatEvery: r.cfg.HeartbeatEvery, DeadAfter: r.cfg.DeadAfter})
+	if err != nil {
+		return nil, fmt.Errorf("workers: %w", err)
+	}
 	nc, err := nats.Connect(r.url, r.natsOptions(nats.Name("ackflow "+r.plan.topo.Name+" supervisor"))...)
 	if err != nil {
 		return nil, fmt.Errorf("workers: supervisor cannot connect to NATS at %s: %w", r.url, err)
 	}
 	n := r.plan.workers
-	s := &supervisor{ctx: ctx, r: r, nc: nc, live: make([]*Worker, n), inc: make([]uint64, n),
-		seen: make([]atomic.Int64, n), crashedAt: make([]atomic.Int64, n), crashID: make([]atomic.Int64, n), warned: make([]bool, n), stopCh: make(chan struct{})}
-	if _, err := nc.Subscribe(r.hbSubject, s.onHeartbeat); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	return s, nc.Flush()
+	return &supervisor{ctx: ctx, r: r, nc: nc, members: members, live: make([]*Worker, n), inc: make([]uint64, n),
+		seen: make([]atomic.Int64, n), crashedAt: make([]atomic.Int64, n), crashID: make([]atomic.Int64, n), warned: make([]bool, n), stopCh: make(chan struct{})}, nil
 }
 
-func (s *supervisor) onHeartbeat(m *nats.Msg) {
-	f := strings.Fields(string(m.Data))
-	var slot int
-	var inc uint64
-	var err, err2 error
-	if len(f) == 2 {
-		slot, err = strconv.Atoi(f[0])
-		inc, err2 = strconv.ParseUint(f[1], 10, 64)
-	}
-	if len(f) != 2 || err != nil || err2 != nil || slot < 0 || slot >= len(s.seen) {
-		s.r.tc.badFrames.Add(1)
-		s.r.warn.Warn().Str("subject", m.Subject).Int("bytes", len(m.Data)).Msg("dropped a heartbeat that does not parse")
-		return
-	}
-	s.mu.Lock()
-	current := s.inc[slot] == inc
-	s.mu.Unlock()
-	if current {
-		s.seen[slot].Store(time.Now().UnixNano())
-	}
-}
+// memberName names incarnation inc of slot in the membership.
+func memberName(slot int, inc uint64) string { return fmt.Sprintf("slot%d-%d", slot, inc) }
 
 // startSlot starts a new incarnation of slot; begin also starts its tasks.
 // known are the incarnations of the slots whose tasks keep running while
@@ -86,6 +68,13 @@ func (s *supervisor) startSlot(slot int, begin bool, known []uint64) error {
 	s.mu.Unlock()
 	w, err := startWorker(s.ctx, s.r, slot, epochs[slot], epochs, known)
 	if err != nil {
+		return err
+	}
+	// The entry lives as long as the worker: a crash ends w.ctx, the
+	// heartbeats stop, and the entry expires DeadAfter later.
+	if err := s.members.Join(w.ctx, cluster.Member{Name: memberName(slot, epochs[slot])}); err != nil {
+		w.crash()
+		w.wg.Wait()
 		return err
 	}
 	s.seen[slot].Store(time.Now().UnixNano())
@@ -135,8 +124,20 @@ func (s *supervisor) detect() {
 		case <-s.ctx.Done():
 			return
 		case now := <-t.C:
+			members, err := s.members.List(s.ctx)
+			if err != nil {
+				continue // the context ended
+			}
+			listed := make(map[string]bool, len(members))
+			for _, m := range members {
+				listed[m.Name] = true
+			}
+			s.mu.Lock()
+			inc := slices.Clone(s.inc)
+			s.mu.Unlock()
 			for slot := range s.seen {
-				if now.Sub(time.Unix(0, s.seen[slot].Load())) < s.r.cfg.DeadAfter {
+				if listed[memberName(slot, inc[slot])] {
+					s.seen[slot].Store(now.UnixNano())
 					continue
 				}
 				if !s.gone(slot) {
@@ -160,6 +161,8 @@ func (s *supervisor) detect() {
 				} else {
 					s.replace(slot, now)
 				}
+				// Incarnations changed: the next tick lists the members anew.
+				break
 			}
 		}
 	}
@@ -184,6 +187,7 @@ func (s *supervisor) replace(slot int, now time.Time) {
 		// A worker that stopped heartbeating may still be running (a
 		// pause): cut it off so it cannot act after being replaced.
 		old.crash()
+		s.forget(old)
 		s.graveyard.Add(1)
 		go func() {
 			defer s.graveyard.Done()
@@ -235,6 +239,7 @@ func (s *supervisor) rollback(slot int, now time.Time) {
 	for _, w := range old {
 		if w != nil {
 			w.crash()
+			s.forget(w)
 			s.graveyard.Add(1)
 			go func(w *Worker) {
 				defer s.graveyard.Done()
@@ -334,7 +339,27 @@ func (s *supervisor) shutdownAll() {
 	s.graveyard.Wait()
 }
 
-func (s *supervisor) close() { s.nc.Close() }
+// forget removes a crashed worker's entry from the membership at once,
+// rather than letting it expire.
+func (s *supervisor) forget(w *Worker) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = s.members.Leave(ctx, memberName(w.slot, w.incarnation)) // in memory: fails only on a bad name
+}
+
+// close removes the last incarnations from the membership, which stops
+// their expiry timers, and closes the connection.
+func (s *supervisor) close() {
+	s.mu.Lock()
+	inc := slices.Clone(s.inc)
+	s.mu.Unlock()
+	for slot, n := range inc {
+		if n > 0 {
+			_ = s.members.Leave(context.Background(), memberName(slot, n)) // only an entry of a name it never had fails
+		}
+	}
+	s.nc.Close()
+}
 
 func (s *supervisor) crashTimes() []time.Time {
 	s.mu.Lock()

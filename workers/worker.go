@@ -365,23 +365,18 @@ func (w *Worker) onCheckpoint(fields []string) {
 	}
 }
 
-// housekeeping sends heartbeats and backpressure signals.
+// housekeeping sends backpressure signals. (Liveness is the supervisor's
+// membership entry, kept alive while the worker's context lasts.)
 func (w *Worker) housekeeping(ctx context.Context) {
 	r := w.r
-	hb := []byte(fmt.Sprintf("%d %d", w.slot, w.incarnation))
 	bp := []byte(fmt.Sprintf("bp %d", w.slot))
 	check := time.NewTicker(20 * time.Millisecond)
 	defer check.Stop()
-	lastHB := time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-check.C:
-			if now.Sub(lastHB) >= r.cfg.HeartbeatEvery {
-				lastHB = now
-				w.nc.Publish(r.hbSubject, hb)
-			}
 			if w.congested() {
 				w.lastBP[w.slot].Store(now.UnixNano())
 				w.nc.Publish(r.ctlSubject, bp)
