@@ -6,12 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/ackflow/ackflow/cluster"
-	"github.com/ackflow/ackflow/embednats"
+	"github.com/ackflow/ackflow/embednats/natstest"
 )
 
 // TestLogLevelCommand sets and clears a running topology's log level in its
@@ -19,20 +17,9 @@ import (
 // not running.
 func TestLogLevelCommand(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv, err := embednats.Start(embednats.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, stop := natstest.JetStream(t)
+	t.Cleanup(stop)
+	url := js.Conn().ConnectedUrl()
 	ctx := context.Background()
 	reg, err := cluster.NewKVRegistry(ctx, js)
 	if err != nil {
@@ -46,7 +33,7 @@ func TestLogLevelCommand(t *testing.T) {
 		var out bytes.Buffer
 		root.SetOut(&out)
 		root.SetErr(&out)
-		root.SetArgs(append(args, "--nats", srv.URL()))
+		root.SetArgs(append(args, "--nats", url))
 		err := root.Execute()
 		return out.String(), err
 	}

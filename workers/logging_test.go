@@ -12,14 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/ackflow/ackflow/chaos"
 	"github.com/ackflow/ackflow/cluster"
-	"github.com/ackflow/ackflow/embednats"
+	"github.com/ackflow/ackflow/embednats/natstest"
 	"github.com/ackflow/ackflow/examples/wordcount"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
@@ -80,20 +78,9 @@ func (c *chatty) Cleanup() error { return nil }
 // again after the level is set back.
 func TestLogLevelChangesWhileATopologyRuns(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	srv, err := embednats.Start(embednats.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, stop := natstest.JetStream(t)
+	t.Cleanup(stop)
+	url := js.Conn().ConnectedUrl()
 	ctx := context.Background()
 	reg, err := cluster.NewKVRegistry(ctx, js)
 	if err != nil {
@@ -112,7 +99,7 @@ func TestLogLevelChangesWhileATopologyRuns(t *testing.T) {
 	nodeCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- workers.RunNode(nodeCtx, workers.NodeConfig{Name: "n1", NATSURL: srv.URL(), Runtime: rt, Members: nodeTiming,
+		done <- workers.RunNode(nodeCtx, workers.NodeConfig{Name: "n1", NATSURL: url, Runtime: rt, Members: nodeTiming,
 			StatusEvery: 100 * time.Millisecond, Topologies: map[string]func(map[string]string) (*topology.Topology, error){name: build}})
 	}()
 	t.Cleanup(func() {
