@@ -88,7 +88,7 @@ func fromMetrics(fams []*dto.MetricFamily, now time.Time) (map[string]*Topology,
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			l := labels(m)
+			l := metrics.Labels(m)
 			if l["topology"] == "" {
 				continue
 			}
@@ -105,7 +105,7 @@ func fromMetrics(fams []*dto.MetricFamily, now time.Time) (map[string]*Topology,
 				addTaskSample(c, g, name, m)
 				continue
 			}
-			addTopologySample(t, name, value(m), now)
+			addTopologySample(t, name, metrics.Value(m), now)
 		}
 	}
 	// Tasks are counted from the series, which every task has.
@@ -117,18 +117,18 @@ func fromMetrics(fams []*dto.MetricFamily, now time.Time) (map[string]*Topology,
 
 func addTaskSample(c *Component, g *taskGauges, name string, m *dto.Metric) {
 	if field, ok := counterFields[name]; ok {
-		*field(c) += int64(math.Round(value(m)))
+		*field(c) += int64(math.Round(metrics.Value(m)))
 		return
 	}
 	switch name {
 	case metrics.Capacity.Name:
-		g.capacity, g.hasCapacity = value(m), true
+		g.capacity, g.hasCapacity = metrics.Value(m), true
 		c.Capacity, c.HasCapacity = max(c.Capacity, g.capacity), true
 	case metrics.PendingTrees.Name:
-		g.pending = int64(value(m))
+		g.pending = int64(metrics.Value(m))
 		c.Pending += g.pending
 	case metrics.InboundQueue.Name:
-		g.queue = int64(value(m))
+		g.queue = int64(metrics.Value(m))
 		c.Queue += g.queue
 	case metrics.CompleteLatency.Name, metrics.ExecuteLatency.Name:
 		bounds, counts, sum := buckets(m.GetHistogram())
@@ -162,26 +162,6 @@ func addTopologySample(t *Topology, name string, v float64, now time.Time) {
 	case metrics.Recovery.Name:
 		t.Recovery = max(t.Recovery, seconds(v))
 	}
-}
-
-func labels(m *dto.Metric) map[string]string {
-	l := make(map[string]string, len(m.GetLabel()))
-	for _, p := range m.GetLabel() {
-		l[p.GetName()] = p.GetValue()
-	}
-	return l
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Untyped != nil:
-		return m.GetUntyped().GetValue()
-	}
-	return 0
 }
 
 // buckets turns a Prometheus histogram's cumulative buckets into counts

@@ -57,27 +57,6 @@ func gatherRegistry(t *testing.T, reg *metrics.Registry) scrape {
 	return s
 }
 
-func labelsOf(m *dto.Metric) map[string]string {
-	l := map[string]string{}
-	for _, p := range m.GetLabel() {
-		l[p.GetName()] = p.GetValue()
-	}
-	return l
-}
-
-// value is a counter's or gauge's value, or a histogram's count.
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Histogram != nil:
-		return float64(m.GetHistogram().GetSampleCount())
-	}
-	return 0
-}
-
 // sum adds up the series of a family whose labels include want.
 func (s scrape) sum(name string, want map[string]string) float64 {
 	var total float64
@@ -87,13 +66,13 @@ func (s scrape) sum(name string, want map[string]string) float64 {
 	}
 next:
 	for _, m := range f.GetMetric() {
-		l := labelsOf(m)
+		l := metrics.Labels(m)
 		for k, v := range want {
 			if l[k] != v {
 				continue next
 			}
 		}
-		total += value(m)
+		total += metrics.Value(m)
 	}
 	return total
 }
@@ -107,11 +86,11 @@ func (s scrape) series() map[string]float64 {
 		}
 		for _, m := range f.GetMetric() {
 			var ls []string
-			for k, v := range labelsOf(m) {
+			for k, v := range metrics.Labels(m) {
 				ls = append(ls, k+"="+v)
 			}
 			sort.Strings(ls)
-			out[name+"{"+strings.Join(ls, ",")+"}"] = value(m)
+			out[name+"{"+strings.Join(ls, ",")+"}"] = metrics.Value(m)
 		}
 	}
 	return out
@@ -174,7 +153,7 @@ func TestMetricsMatchTheSummaryUnderChaos(t *testing.T) {
 			tasks = map[string]bool{}
 			if f := s["ackflow_emitted_total"]; f != nil {
 				for _, m := range f.GetMetric() {
-					l := labelsOf(m)
+					l := metrics.Labels(m)
 					if l["topology"] != "metrics" {
 						problems = append(problems, fmt.Sprintf("a series of topology %q", l["topology"]))
 					}
@@ -317,7 +296,7 @@ func TestNodeMetricsShowTasksFencingAndFailover(t *testing.T) {
 		tasks := map[string]bool{}
 		if f := s["ackflow_inbound_queue_frames"]; f != nil {
 			for _, m := range f.GetMetric() {
-				l := labelsOf(m)
+				l := metrics.Labels(m)
 				if l["topology"] != name {
 					t.Fatalf("a series of topology %q", l["topology"])
 				}
