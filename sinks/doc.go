@@ -5,11 +5,14 @@
 // it keeps (DESIGN.md sections 1 and 8):
 //
 //   - JetStream publishes every input to a JetStream stream with the
-//     record's ID as its Nats-Msg-Id. The server drops a record it stored
-//     within its duplicate window, so replays are not stored twice:
-//     exactly-once delivery into the stream, in every guarantee that
-//     replays (at-least-once and exactly-once), as long as the window is
-//     long enough (Prepare checks it when checkpoints are on).
+//     record's ID and a hash of the message as its Nats-Msg-Id. The server
+//     drops a message it stored within its duplicate window, so replays
+//     are not stored twice: exactly-once delivery into the stream, in every
+//     guarantee that replays (at-least-once and exactly-once), as long as
+//     the window is long enough (Prepare checks it when checkpoints are on).
+//     Under at-least-once, a record that a rollback reprocessed into
+//     another body (a count reached in another order) is stored again
+//     rather than dropped, so the newest value is never lost.
 //   - File writes per epoch and makes an epoch's file visible only once the
 //     checkpoint of that epoch is complete (a two-phase commit, as Flink's
 //     TwoPhaseCommitSinkFunction): exactly-once with checkpoints. Without

@@ -97,11 +97,15 @@ func NewJetStream(cfg JetStreamConfig) func() topology.Bolt {
 }
 
 // JetStream is a sink that publishes every input to a JetStream stream with
-// the header Nats-Msg-Id set to the record's ID (16 lowercase hex digits).
-// A record published again (a replay, or a reprocessing after a rollback)
-// carries the same ID, and the server drops it if it stored the ID within
-// the stream's duplicate window: each record is stored once, exactly-once
-// delivery for receivers of the stream.
+// the header Nats-Msg-Id set to the record's ID and a hash of the message
+// ("<id>-<hash>", 16 lowercase hex digits each). A record published again
+// (a replay, or a reprocessing after a rollback) carries the same ID, and
+// the server drops it if it stored the same message within the stream's
+// duplicate window: each record is stored once, exactly-once delivery for
+// receivers of the stream. A reprocessing that computed another body (state
+// rolled back, inputs counted in another order) is stored too: under
+// at-least-once the stream may then hold two bodies for one record, never
+// only the older one.
 //
 // Exactly-once with checkpoints, it writes ahead instead (jetstream_tx.go):
 // an input is acked at once and its output kept in the task's checkpointed
@@ -294,7 +298,7 @@ func (s *JetStream) publish(in *topology.Tuple) {
 	if !ok {
 		return
 	}
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{msgID(in.ID)}}}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{msgID(in.ID, subject, data)}}}
 	if _, err := s.js.PublishMsgAsync(msg); err != nil {
 		s.out.FailWith(in, s.publishError(in, subject, err))
 		return
@@ -302,15 +306,46 @@ func (s *JetStream) publish(in *topology.Tuple) {
 	s.pending[msg] = in
 }
 
-// msgID is the Nats-Msg-Id of a record: its ID in 16 hex digits.
-func msgID(id uint64) string {
-	const digits = "0123456789abcdef"
-	var b [16]byte
-	for i := 15; i >= 0; i-- {
-		b[i] = digits[id&0xf]
-		id >>= 4
+// msgID is the Nats-Msg-Id of an output: the record's ID and a hash of its
+// subject and body, "<id>-<hash>" in 16 hex digits each. The same record
+// published again with the same body (a replay) is stored once. A record
+// whose body differs from what was stored under its ID is a new message:
+// after a rollback a stateful bolt may compute another body for the same
+// record (a count reached in another order), and the server must not drop
+// the newer value as a duplicate of the older one.
+func msgID(id uint64, subject string, data []byte) string {
+	// FNV-1a, 64 bits: deterministic in every process, and cheap next to
+	// the publish.
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(subject); i++ {
+		h = (h ^ uint64(subject[i])) * prime
 	}
+	h *= prime // a separator: ("a", "bc") and ("ab", "c") differ
+	for _, c := range data {
+		h = (h ^ uint64(c)) * prime
+	}
+	var b [33]byte
+	putHex(b[:16], id)
+	b[16] = '-'
+	putHex(b[17:], h)
 	return string(b[:])
+}
+
+// recordID is a record's ID as errors name it: 16 hex digits.
+func recordID(id uint64) string {
+	var b [16]byte
+	putHex(b[:], id)
+	return string(b[:])
+}
+
+// putHex writes v into b as len(b) lowercase hex digits.
+func putHex(b []byte, v uint64) {
+	const digits = "0123456789abcdef"
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = digits[v&0xf]
+		v >>= 4
+	}
 }
 
 // Flush acks and fails the inputs whose publishes have been answered. The
@@ -439,5 +474,5 @@ func (s *JetStream) publishError(in *topology.Tuple, subject string, err error) 
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		hint = fmt.Sprintf("no PubAck within %v (AckTimeout); the spout replays the record, and the stream drops it if it was stored after all", s.cfg.AckTimeout)
 	}
-	return fmt.Errorf("sinks: publishing record %s to %s: %w; %s", msgID(in.ID), subject, err, hint)
+	return fmt.Errorf("sinks: publishing record %s to %s: %w; %s", recordID(in.ID), subject, err, hint)
 }

@@ -3,6 +3,7 @@ package sinks
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,8 +91,44 @@ func TestJetStreamAcksWhenStoredAndDropsRepeatedIDs(t *testing.T) {
 	}
 	m, err := st.GetMsg(context.Background(), 1)
 	mustOK(t, err)
-	if id := m.Header.Get(jetstream.MsgIDHeader); id != "0000000000000000" || string(m.Data) != `[0,"x"]` {
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != msgID(0, "out.records", m.Data) || !strings.HasPrefix(id, "0000000000000000-") || string(m.Data) != `[0,"x"]` {
 		t.Fatalf("first message: Nats-Msg-Id %q, body %s", id, m.Data)
+	}
+}
+
+// A record reprocessed after a rollback may carry another body under the
+// same ID (a running count reached in another order): the stream stores
+// it, where an ID alone would have dropped the newer value as a duplicate.
+func TestJetStreamStoresAReplayWithAnotherBody(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv, nc, js := startNATS(t, time.Minute)
+	defer srv.Shutdown()
+	defer nc.Close()
+	c := newCollector()
+	s := NewJetStream(JetStreamConfig{URL: srv.URL(), Subject: "out.records"})().(*JetStream)
+	mustOK(t, s.Prepare(taskContext(0, time.Second), c))
+	// Record 7 says (w, 1), is replayed with the same body, then
+	// reprocessed into (w, 2); record 8 says (w, 1) first.
+	for _, in := range []struct {
+		id uint64
+		n  int64
+	}{{7, 1}, {7, 1}, {8, 1}, {7, 2}} {
+		s.Execute(tuple(in.id, in.n, "w"))
+	}
+	mustOK(t, s.Cleanup())
+	if acked, failed := c.counts(); acked != 4 || failed != 0 {
+		t.Fatalf("%d acked and %d failed, want 4 acked", acked, failed)
+	}
+	st, err := js.Stream(context.Background(), "OUT")
+	mustOK(t, err)
+	var bodies []string
+	for seq := uint64(1); seq <= st.CachedInfo().State.LastSeq; seq++ {
+		m, err := st.GetMsg(context.Background(), seq)
+		mustOK(t, err)
+		bodies = append(bodies, string(m.Data))
+	}
+	if want := []string{`[1,"w"]`, `[1,"w"]`, `[2,"w"]`}; !slices.Equal(bodies, want) {
+		t.Fatalf("the stream holds %q; want %q (record 7's same body once, its new body too)", bodies, want)
 	}
 }
 
@@ -225,10 +262,23 @@ func TestJetStreamCleanupReportsFailedPublishes(t *testing.T) {
 }
 
 func TestMsgID(t *testing.T) {
-	for id, want := range map[uint64]string{0: "0000000000000000", 0xabc: "0000000000000abc", 1<<64 - 1: "ffffffffffffffff"} {
-		if got := msgID(id); got != want {
-			t.Errorf("msgID(%#x) = %q, want %q", id, got, want)
+	for id, want := range map[uint64]string{0: "0000000000000000-", 0xabc: "0000000000000abc-", 1<<64 - 1: "ffffffffffffffff-"} {
+		got := msgID(id, "out", []byte("x"))
+		if !strings.HasPrefix(got, want) || len(got) != 33 || strings.Trim(got[17:], "0123456789abcdef") != "" {
+			t.Errorf("msgID(%#x) = %q, want %q and 16 hex digits", id, got, want)
 		}
+		if recordID(id) != want[:16] {
+			t.Errorf("recordID(%#x) = %q, want %q", id, recordID(id), want[:16])
+		}
+	}
+	same := msgID(1, "out", []byte("[1]"))
+	for _, other := range []string{msgID(1, "out", []byte("[2]")), msgID(1, "out2", []byte("[1]")), msgID(1, "ou", []byte("t[1]")), msgID(2, "out", []byte("[1]"))} {
+		if other == same {
+			t.Errorf("%q is the ID of another message too", same)
+		}
+	}
+	if again := msgID(1, "out", []byte("[1]")); again != same {
+		t.Errorf("the same message got IDs %q and %q", same, again)
 	}
 }
 

@@ -183,7 +183,7 @@ func (s *JetStream) publishAll(msgs []walMsg) error {
 		return nil
 	}
 	for _, m := range msgs {
-		msg := &nats.Msg{Subject: m.subject, Data: m.data, Header: nats.Header{jetstream.MsgIDHeader: []string{msgID(m.id)}}}
+		msg := &nats.Msg{Subject: m.subject, Data: m.data, Header: nats.Header{jetstream.MsgIDHeader: []string{msgID(m.id, m.subject, m.data)}}}
 		f, err := s.js.PublishMsgAsync(msg)
 		if err != nil {
 			return err

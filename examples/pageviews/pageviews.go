@@ -1,7 +1,8 @@
 // Package pageviews counts page views per URL in tumbling event-time
 // windows: events come from a JetStream stream, the counts live in keyed
 // state, and each window's count goes to another JetStream stream once the
-// window closes, with the record ID as Nats-Msg-Id, so that under
+// window closes, with the record ID (and a hash of the message) as
+// Nats-Msg-Id, so that under
 // exactly-once each window is delivered once. `ackflow run pageviews` runs
 // it on an embedded server with generated events.
 //
