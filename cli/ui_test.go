@@ -148,8 +148,10 @@ func TestStatusPageInChromium(t *testing.T) {
 	}()
 	page := stderr.await(t, regexp.MustCompile(`serving the status page on (http://\S+/) `), 30*time.Second, done)
 
+	// Chromium leaves its singleton socket's directory in TMPDIR when it
+	// exits: a TMPDIR of the test's own keeps /tmp clean.
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1400, 1100))
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1400, 1100), chromedp.Env("TMPDIR="+t.TempDir()))
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	defer acancel()
 	browser, bcancel := chromedp.NewContext(actx)
