@@ -17,8 +17,10 @@ import (
 )
 
 // startNATS starts a JetStream server with stream OUT on out.> and the
-// given duplicate window. The caller defers srv.Shutdown and nc.Close.
-func startNATS(t *testing.T, window time.Duration) (*embednats.Server, *nats.Conn, jetstream.JetStream) {
+// given duplicate window, closed when the test ends. Tests that check for
+// leaked goroutines register that check with t.Cleanup before calling it,
+// so that it runs once the server is down.
+func startNATS(t *testing.T, window time.Duration) (*embednats.Server, jetstream.JetStream) {
 	t.Helper()
 	srv, err := embednats.Start(embednats.Config{})
 	if err != nil {
@@ -33,12 +35,22 @@ func startNATS(t *testing.T, window time.Duration) (*embednats.Server, *nats.Con
 	if err == nil {
 		_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "OUT", Subjects: []string{"out.>"}, Duplicates: window})
 	}
+	t.Cleanup(srv.Shutdown)
+	t.Cleanup(nc.Close)
 	if err != nil {
-		nc.Close()
-		srv.Shutdown()
 		t.Fatal(err)
 	}
-	return srv, nc, js
+	return srv, js
+}
+
+// prepared returns a JetStream sink of cfg prepared as a task without
+// checkpoints, and the collector its inputs are acked and failed on.
+func prepared(t *testing.T, cfg JetStreamConfig) (*JetStream, *collector) {
+	t.Helper()
+	c := newCollector()
+	s := NewJetStream(cfg)().(*JetStream)
+	mustOK(t, s.Prepare(taskContext(0, time.Second), c))
+	return s, c
 }
 
 func taskContext(every, timeout time.Duration) topology.TaskContext {
@@ -63,13 +75,9 @@ func settleAll(t *testing.T, s *JetStream, c *collector, n int) {
 }
 
 func TestJetStreamAcksWhenStoredAndDropsRepeatedIDs(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	srv, nc, js := startNATS(t, time.Minute)
-	defer srv.Shutdown()
-	defer nc.Close()
-	c := newCollector()
-	s := NewJetStream(JetStreamConfig{URL: srv.URL(), Subject: "out.records", MaxInFlight: 4})().(*JetStream)
-	mustOK(t, s.Prepare(taskContext(0, time.Second), c))
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after startNATS's cleanups
+	srv, js := startNATS(t, time.Minute)
+	s, c := prepared(t, JetStreamConfig{URL: srv.URL(), Subject: "out.records", MaxInFlight: 4})
 	if s.cfg.Stream != "OUT" {
 		t.Fatalf("the stream of out.records is %q, want OUT", s.cfg.Stream)
 	}
@@ -100,13 +108,9 @@ func TestJetStreamAcksWhenStoredAndDropsRepeatedIDs(t *testing.T) {
 // same ID (a running count reached in another order): the stream stores
 // it, where an ID alone would have dropped the newer value as a duplicate.
 func TestJetStreamStoresAReplayWithAnotherBody(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	srv, nc, js := startNATS(t, time.Minute)
-	defer srv.Shutdown()
-	defer nc.Close()
-	c := newCollector()
-	s := NewJetStream(JetStreamConfig{URL: srv.URL(), Subject: "out.records"})().(*JetStream)
-	mustOK(t, s.Prepare(taskContext(0, time.Second), c))
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after startNATS's cleanups
+	srv, js := startNATS(t, time.Minute)
+	s, c := prepared(t, JetStreamConfig{URL: srv.URL(), Subject: "out.records"})
 	// Record 7 says (w, 1), is replayed with the same body, then
 	// reprocessed into (w, 2); record 8 says (w, 1) first.
 	for _, in := range []struct {
@@ -133,10 +137,8 @@ func TestJetStreamStoresAReplayWithAnotherBody(t *testing.T) {
 }
 
 func TestJetStreamRefusesAShortDuplicateWindow(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	srv, nc, _ := startNATS(t, time.Minute)
-	defer srv.Shutdown()
-	defer nc.Close()
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after startNATS's cleanups
+	srv, _ := startNATS(t, time.Minute)
 	s := NewJetStream(JetStreamConfig{URL: srv.URL(), Subject: "out.x"})().(*JetStream)
 	err := s.Prepare(taskContext(time.Minute, 30*time.Second), newCollector())
 	for _, want := range []string{`"OUT"`, "within 1m0s", "1m30s", "nats stream edit OUT --dupe-window 3m", "StreamConfig.Duplicates"} {
@@ -168,10 +170,8 @@ func TestCheckDupeWindow(t *testing.T) {
 }
 
 func TestJetStreamPrepareRefusesAMissingStream(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	srv, nc, _ := startNATS(t, time.Minute)
-	defer srv.Shutdown()
-	defer nc.Close()
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after startNATS's cleanups
+	srv, _ := startNATS(t, time.Minute)
 	for _, tc := range []struct {
 		cfg  JetStreamConfig
 		want string
@@ -192,13 +192,9 @@ func TestJetStreamPrepareRefusesAMissingStream(t *testing.T) {
 }
 
 func TestJetStreamFailsInputsWhenTheStreamIsDeleted(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	srv, nc, js := startNATS(t, time.Minute)
-	defer srv.Shutdown()
-	defer nc.Close()
-	c := newCollector()
-	s := NewJetStream(JetStreamConfig{URL: srv.URL(), Subject: "out.x"})().(*JetStream)
-	mustOK(t, s.Prepare(taskContext(0, time.Second), c))
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after startNATS's cleanups
+	srv, js := startNATS(t, time.Minute)
+	s, c := prepared(t, JetStreamConfig{URL: srv.URL(), Subject: "out.x"})
 	mustOK(t, js.DeleteStream(context.Background(), "OUT"))
 	for i := range uint64(20) {
 		s.Execute(tuple(i, "x"))
@@ -214,10 +210,8 @@ func TestJetStreamFailsInputsWhenTheStreamIsDeleted(t *testing.T) {
 }
 
 func TestJetStreamFailsInputsNoStreamCaptures(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	srv, nc, _ := startNATS(t, time.Minute)
-	defer srv.Shutdown()
-	defer nc.Close()
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after startNATS's cleanups
+	srv, _ := startNATS(t, time.Minute)
 	c := newCollector()
 	subject := func(in *topology.Tuple) string {
 		if in.ID%2 == 0 {
@@ -241,13 +235,9 @@ func TestJetStreamFailsInputsNoStreamCaptures(t *testing.T) {
 }
 
 func TestJetStreamCleanupReportsFailedPublishes(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	srv, nc, js := startNATS(t, time.Minute)
-	defer srv.Shutdown()
-	defer nc.Close()
-	c := newCollector()
-	s := NewJetStream(JetStreamConfig{URL: srv.URL(), Subject: "out.x"})().(*JetStream)
-	mustOK(t, s.Prepare(taskContext(0, time.Second), c))
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after startNATS's cleanups
+	srv, js := startNATS(t, time.Minute)
+	s, c := prepared(t, JetStreamConfig{URL: srv.URL(), Subject: "out.x"})
 	mustOK(t, js.DeleteStream(context.Background(), "OUT"))
 	for i := range uint64(5) {
 		s.Execute(tuple(i, "x"))
@@ -283,13 +273,9 @@ func TestMsgID(t *testing.T) {
 }
 
 func TestJetStreamCleanupFailsUnansweredPublishes(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	srv, nc, js := startNATS(t, time.Minute)
-	defer srv.Shutdown()
-	defer nc.Close()
-	c := newCollector()
-	s := NewJetStream(JetStreamConfig{URL: srv.URL(), Subject: "out.x", CloseTimeout: time.Millisecond})().(*JetStream)
-	mustOK(t, s.Prepare(taskContext(0, time.Second), c))
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after startNATS's cleanups
+	srv, js := startNATS(t, time.Minute)
+	s, c := prepared(t, JetStreamConfig{URL: srv.URL(), Subject: "out.x", CloseTimeout: time.Millisecond})
 	// Without a stream the client retries for about half a second before
 	// it gives up: longer than CloseTimeout.
 	mustOK(t, js.DeleteStream(context.Background(), "OUT"))
@@ -327,10 +313,8 @@ func streamMsgs(t *testing.T, js jetstream.JetStream) []string {
 // checkpoint is gone, so a record that a replay gives another value is in
 // the stream once, with the value of the epoch that committed it.
 func TestJetStreamWritesAheadUnderExactlyOnce(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	srv, nc, js := startNATS(t, 10*time.Minute)
-	defer srv.Shutdown()
-	defer nc.Close()
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after startNATS's cleanups
+	srv, js := startNATS(t, 10*time.Minute)
 	tc := taskContext(time.Second, time.Second)
 	tc.Guarantee = "exactly-once"
 	c := newCollector()
