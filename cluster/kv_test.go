@@ -13,6 +13,7 @@ import (
 
 	"github.com/ackflow/ackflow/cluster"
 	"github.com/ackflow/ackflow/embednats"
+	"github.com/ackflow/ackflow/embednats/natstest"
 )
 
 var fast = cluster.MembersConfig{HeartbeatEvery: 300 * time.Millisecond, DeadAfter: time.Second}
@@ -215,20 +216,9 @@ func connectMembers(t *testing.T, srv *embednats.Server, cfg cluster.MembersConf
 // promise: a broken watch closes its channel, so the receiver can tell.
 func TestKVWatchClosesWhenTheConnectionCloses(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	srv, err := embednats.Start(embednats.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, stop := natstest.JetStream(t)
+	defer stop()
+	nc := js.Conn()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r, err := cluster.NewKVRegistry(ctx, js)

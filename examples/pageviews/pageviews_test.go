@@ -6,11 +6,9 @@ import (
 	"time"
 
 	"github.com/ackflow/ackflow/chaos"
-	"github.com/ackflow/ackflow/embednats"
+	"github.com/ackflow/ackflow/embednats/natstest"
 	"github.com/ackflow/ackflow/examples/pageviews"
 	"github.com/ackflow/ackflow/workers"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 )
 
@@ -20,20 +18,9 @@ import (
 // oracle's.
 func TestExactWindowCountsUnderChaosAndCrashes(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	srv, err := embednats.Start(embednats.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, stop := natstest.JetStream(t)
+	defer stop()
+	url := js.Conn().ConnectedUrl()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	events := pageviews.Generate(40000, 3)
@@ -43,12 +30,12 @@ func TestExactWindowCountsUnderChaosAndCrashes(t *testing.T) {
 	if err := pageviews.Publish(ctx, js, events); err != nil {
 		t.Fatal(err)
 	}
-	job, err := pageviews.New(pageviews.Config{URL: srv.URL(), EventsPerSec: 10000})
+	job, err := pageviews.New(pageviews.Config{URL: url, EventsPerSec: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := workers.DefaultConfig()
-	cfg.Guarantee, cfg.Workers, cfg.NATSURL = workers.ExactlyOnce, 3, srv.URL()
+	cfg.Guarantee, cfg.Workers, cfg.NATSURL = workers.ExactlyOnce, 3, url
 	cfg.CheckpointEvery = 200 * time.Millisecond
 	cfg.Chaos = chaos.Config{Drop: 0.03, Dup: 0.02, Reorder: 0.05, CrashEvery: 1500 * time.Millisecond, Seed: 5}
 	sum, err := workers.RunLocal(ctx, job.Topology, cfg)
