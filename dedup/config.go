@@ -83,9 +83,8 @@ func (c Config) perGeneration() int {
 }
 
 // maxExactBlocks is B for any Exact of at least 15. Each block holds about
-// Exact/15 IDs: 1.1 MB for the default, small enough to stay in a core's L2
-// while Completed fills it. More blocks would make the bound tighter and
-// the blocks smaller, but a lookup that misses probes every block.
+// Exact/15 IDs: 1.1 MB for the default. More blocks would make the bound
+// tighter, but a lookup that misses scans the ID's bucket in every block.
 const maxExactBlocks = 16
 
 // exactBlocks is how the exact record of completions is cut: into blocks

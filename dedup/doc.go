@@ -55,17 +55,21 @@
 // Completed runs for every processed input, and a lookup in the ring only
 // on a Bloom "maybe", so the ring is built for cheap inserts. It is the
 // same scheme as the generations, made exact: B = min(16, Exact+1) blocks,
-// each a small open-addressing hash set with room for
-// ceil(Exact/(B-1)) IDs at half load (about 1 MB for the default config).
-// Completed inserts into the current block, which stays in cache while it
-// fills; once it is full, the next completion clears the oldest block, one
-// sequential memclr, and goes into it. A lookup probes every block. So the
-// ring always remembers the last Exact completions and never more than the
-// last B*ceil(Exact/(B-1)), about Exact*B/(B-1). An ID takes 8 bytes in a
-// table at most half full, 16 bytes per completion a block holds, and the
-// B-th block makes that about 17 bytes per Exact. An ID completed again is
-// simply inserted again, into the current block: it is remembered from its
-// latest completion, and no count per ID is kept.
+// each taking ceil(Exact/(B-1)) completions. A block is a bucketed log:
+// the ID's hash picks one of its buckets (about 32 IDs each at the mean,
+// with room for twice that) and the ID is appended there, so an insert
+// writes to the end of one of a few thousand buckets, lines that stay in
+// cache, instead of a random slot of a megabyte. Once the current block
+// has taken its share, the next completion empties the oldest block
+// (resets its bucket counts) and goes into it. A lookup scans the ID's
+// bucket in every block. So the ring always remembers the last Exact
+// completions and never more than the last B*ceil(Exact/(B-1)), about
+// Exact*B/(B-1). An ID takes 8 bytes in a log with room for twice what it
+// takes, 16 bytes per completion a block holds, and the B-th block makes
+// that about 17 bytes per Exact. An ID completed again is simply appended
+// again, into the current block: it is remembered from its latest
+// completion, and no count per ID is kept. A bucket that fills (one ID
+// completed many times over) spills into a map of its block.
 //
 // # Cost
 //

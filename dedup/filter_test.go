@@ -435,6 +435,48 @@ func TestRing(t *testing.T) {
 	}
 }
 
+// TestRingSpill fills one bucket of a block past its room, which random
+// IDs practically never do and one ID completed over and over does: the
+// IDs beyond the room go to the block's spill, are found there, and are
+// forgotten with the block.
+func TestRingSpill(t *testing.T) {
+	cfg := tiny(100, 3, 15*4*meanFill) // 16 blocks of 4 buckets
+	rg := newRing(cfg)
+	if rg.buckets != 4 || rg.room != 2*meanFill {
+		t.Fatalf("%d buckets of %d; the test wants 4 of %d", rg.buckets, rg.room, 2*meanFill)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	same := r.Uint64()
+	var other uint64 // another ID of the same bucket, first completed once the bucket is full
+	for other = r.Uint64(); other == same || rg.bucket(other) != rg.bucket(same); other = r.Uint64() {
+	}
+	for range rg.room + 10 {
+		rg.push(same)
+	}
+	rg.push(other)
+	b := &rg.blocks[rg.cur]
+	if _, ok := b.spill[other]; !ok || int(b.fill[rg.bucket(same)]) != rg.room {
+		t.Fatalf("bucket filled to %d of %d, spill %v; want the bucket full and %d in the spill", b.fill[rg.bucket(same)], rg.room, b.spill, other)
+	}
+	if !rg.contains(same) || !rg.contains(other) || rg.len() != rg.room+11 {
+		t.Fatalf("contains(same) %v, contains(other) %v, len %d; want both held and %d completions", rg.contains(same), rg.contains(other), rg.len(), rg.room+11)
+	}
+	// Fill the ring with fresh IDs until the block that spilled is emptied.
+	spilled, pushes := rg.cur, 0
+	for emptied := false; !emptied; {
+		prev := rg.cur
+		rg.push(r.Uint64())
+		pushes++
+		emptied = rg.cur == spilled && prev != spilled
+		if rg.contains(same) == emptied {
+			t.Fatalf("after %d more pushes, contains(same) = %v with block %d current (the spilled block is %d)", pushes, rg.contains(same), rg.cur, spilled)
+		}
+	}
+	if rg.contains(other) || rg.blocks[spilled].spill != nil {
+		t.Fatalf("the emptied block still holds its spill: contains(other) %v, spill %v", rg.contains(other), rg.blocks[spilled].spill)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatalf("DefaultConfig: %v", err)

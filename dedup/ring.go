@@ -2,53 +2,78 @@ package dedup
 
 import "math/bits"
 
-// ring is the exact record of recent completions: a ring of blocks, each a
-// small open-addressing hash set, rotated like the Bloom generations. The
-// current block takes every completion; when it has taken perBlock, the
-// oldest block is cleared and becomes the current one. A lookup asks the
-// current block, then all the others at once (see contains).
+// ring is the exact record of recent completions: a ring of blocks rotated
+// like the Bloom generations. The current block takes every completion;
+// when it has taken perBlock, the oldest block is emptied and becomes the
+// current one. A lookup asks every block (see contains).
 //
 // The obvious exact FIFO, an array of the last Exact IDs plus one table
 // that counts them, puts every push at two random places in tens of
-// megabytes, to remove the oldest ID and insert the new one: two cache
-// misses for every completed record, which is every processed input, and
-// the biggest item in a CPU profile of word count. Here a push touches only the
-// current block, about a megabyte for the default config, which stays in
-// L2 while it fills, and forgetting is one sequential memclr per perBlock
-// pushes. Lookups pay instead, since a miss probes every block; they are
-// the rarer operation (Check only looks here on a Bloom "maybe").
+// megabytes: two cache misses for every completed record, which is every
+// processed input. A block that is a hash set with open addressing, as the
+// ring first was, still puts every push at a random slot of a megabyte,
+// and in the running system (two stateful tasks per core, each with its
+// Bloom generations and its block, beside the rest of the runtime) that
+// load missed the cache: ring.push was the largest single item, 8.5% of the
+// CPU profile of word count with dedup, at about 200 ns a push where the
+// micro-benchmark alone on a core says 20.
 //
-// Nothing is reference-counted: an ID completed again while an older copy
-// sits in an older block simply has two copies, and the clear of the older
-// block leaves the newer one.
+// So a block is a bucketed log instead: the ID's hash picks one of the
+// block's buckets and the ID is appended at the bucket's end. Only the
+// buckets' last cache lines are written, about 140 KB for the default
+// config (2,185 buckets), each line filled eight IDs at a time; and emptying a block is
+// resetting its fill counts, not clearing a megabyte. Lookups pay instead:
+// a lookup scans the ID's bucket in every block, about 32 IDs each for the
+// default config, sequentially; they are the rarer operation (Check only
+// looks here on a Bloom "maybe").
+//
+// Nothing is reference-counted or deduplicated: an ID completed again is
+// appended again, the copy in an older block is emptied with it, and the
+// newer one stays.
 type ring struct {
 	blocks   []idBlock
 	cur      int // blocks[cur] takes inserts
 	perBlock int // completions a block takes before the ring rotates
+	buckets  int // buckets per block
+	room     int // IDs a bucket holds; twice its mean fill
 }
 
-// idBlock is a set of IDs with linear probing. Its table has 2*perBlock
-// slots, so it is at most half full and a miss ends within a few slots. All
-// blocks have the same size, so an ID has the same home slot in each.
+// idBlock is a set of buckets laid out one after the other in keys: bucket
+// b is keys[b*room : b*room+fill[b]]. An ID that finds its bucket full goes
+// to spill. With random IDs that takes a bucket at twice its mean, which
+// does not happen in practice (for the default config, 64 where 32 are
+// expected); it is there for IDs that repeat many times in one block.
 type idBlock struct {
-	keys    []uint64 // 0 marks an empty slot, so ID 0 lives in hasZero
-	hasZero bool
-	n       int // completions taken since the last clear, repeats included
+	keys  []uint64
+	fill  []uint16
+	spill map[uint64]struct{}
+	n     int // completions taken since the block was emptied, repeats included
 }
+
+// meanFill is how many IDs a bucket takes on average while its block
+// fills: a bucket is scanned by every lookup, so it is kept short, and
+// there are enough of them that the buckets' ends being written stay in
+// cache.
+const meanFill = 32
 
 func newRing(cfg Config) ring {
 	blocks, perBlock := cfg.exactBlocks()
-	r := ring{blocks: make([]idBlock, blocks), perBlock: perBlock}
-	r.blocks[0].keys = make([]uint64, 2*perBlock)
+	buckets := max(1, perBlock/meanFill)
+	r := ring{blocks: make([]idBlock, blocks), perBlock: perBlock, buckets: buckets, room: min(2*((perBlock+buckets-1)/buckets), 1<<16-1)}
+	r.alloc(&r.blocks[0])
 	return r
 }
 
-// home is the ID's preferred slot: Fibonacci hashing spreads counters as
-// well as hashes over the top bits of the product, and a multiply-high maps
-// those onto a table whose size is not a power of two (a power of two would
-// double a block's memory at the default size).
-func (r *ring) home(id uint64) int {
-	hi, _ := bits.Mul64(id*0x9e3779b97f4a7c15, uint64(2*r.perBlock))
+func (r *ring) alloc(b *idBlock) {
+	b.keys = make([]uint64, r.buckets*r.room)
+	b.fill = make([]uint16, r.buckets)
+}
+
+// bucket is the ID's bucket: Fibonacci hashing spreads counters as well as
+// hashes over the top bits of the product, and a multiply-high maps those
+// onto a number of buckets that is not a power of two.
+func (r *ring) bucket(id uint64) int {
+	hi, _ := bits.Mul64(id*0x9e3779b97f4a7c15, uint64(r.buckets))
 	return int(hi)
 }
 
@@ -56,10 +81,6 @@ func (r *ring) home(id uint64) int {
 // insert, not after it, so that the ring holds between (blocks-1)*perBlock+1
 // and blocks*perBlock completions once it has filled, never fewer: the
 // bounds that Config.Exact promises.
-//
-// It counts every completion, even one of an ID the block already holds,
-// so that the bounds hold in completions however often an ID repeats; the
-// table cannot overflow, as it never holds more IDs than completions.
 func (r *ring) push(id uint64) {
 	b := &r.blocks[r.cur]
 	if b.n == r.perBlock {
@@ -69,94 +90,54 @@ func (r *ring) push(id uint64) {
 		b = &r.blocks[r.cur]
 		if b.keys == nil {
 			// First use: allocated now, not at New (see New).
-			b.keys = make([]uint64, 2*r.perBlock)
+			r.alloc(b)
 		} else {
-			clear(b.keys)
+			clear(b.fill)
 		}
-		b.n, b.hasZero = 0, false
+		b.n, b.spill = 0, nil
 	}
 	b.n++
-	if id == 0 {
-		b.hasZero = true
+	k := r.bucket(id)
+	if f := int(b.fill[k]); f < r.room {
+		b.keys[k*r.room+f] = id
+		b.fill[k]++
 		return
 	}
-	keys := b.keys
-	for i := r.home(id); ; {
-		switch keys[i] {
-		case 0:
-			keys[i] = id
-			return
-		case id:
-			return
-		}
-		if i++; i == len(keys) {
-			i = 0
-		}
+	if b.spill == nil {
+		b.spill = map[uint64]struct{}{}
 	}
+	b.spill[id] = struct{}{}
 }
 
-// contains reports whether any block holds id.
-//
-// The current block comes first, on its own: push keeps it in cache, and a
-// replay that arrives soon after its input was trimmed ends the search
-// there. The older blocks are mostly out of cache and out of the TLB, so
-// contains then loads the ID's home slot in each of them before looking at
-// any: those loads depend on nothing but h, and the CPU overlaps their
-// misses. Probed one after another, each waited on a branch over the last
-// one's result, and a Check that missed a full ring of the default config
-// took about 700 ns instead of 420. At half load the home slot settles most
-// blocks by itself, holding the ID or nothing; the rest continue from h+1,
-// usually in the same cache line.
+// contains reports whether any block holds id. The current block comes
+// first: its bucket ends are in cache, and a replay that arrives soon after
+// its input was trimmed ends the search there.
 func (r *ring) contains(id uint64) bool {
-	blocks := r.blocks
-	if id == 0 {
-		for i := range blocks {
-			if blocks[i].hasZero {
-				return true
-			}
-		}
-		return false
-	}
-	h := r.home(id)
-	if blocks[r.cur].has(id, h) {
+	k := r.bucket(id)
+	if r.blocks[r.cur].has(id, k, r.room) {
 		return true
 	}
-	var at [maxExactBlocks]uint64
-	for j := range blocks {
-		if blocks[j].keys != nil { // else not used yet: at[j] stays empty
-			at[j] = blocks[j].keys[h]
-		}
-	}
-	for j := range blocks {
-		switch at[j] {
-		case id:
+	for j := range r.blocks {
+		if j != r.cur && r.blocks[j].has(id, k, r.room) {
 			return true
-		case 0:
-		default:
-			if j != r.cur && blocks[j].has(id, h+1) {
-				return true
-			}
 		}
 	}
 	return false
 }
 
-// has looks for a non-zero id in b from slot i on, up to the first empty
-// slot.
-func (b *idBlock) has(id uint64, i int) bool {
-	keys := b.keys
-	for {
-		if i == len(keys) {
-			i = 0
-		}
-		switch keys[i] {
-		case id:
-			return true
-		case 0:
-			return false
-		}
-		i++
+// has looks for id in bucket k of b, and in its spill.
+func (b *idBlock) has(id uint64, k, room int) bool {
+	if b.keys == nil {
+		return false // not used yet
 	}
+	at := k * room
+	for _, x := range b.keys[at : at+int(b.fill[k])] {
+		if x == id {
+			return true
+		}
+	}
+	_, ok := b.spill[id]
+	return ok
 }
 
 // len is the number of completions the ring remembers, repeats included.
