@@ -51,6 +51,7 @@ func (a *ackerExec) handle(f *wire.Frame) {
 		a.verdicts = a.tracker.Handle(m, a.verdicts[:0])
 		a.publish()
 	}
+	a.r.recycle(f)
 }
 
 func (a *ackerExec) publish() {

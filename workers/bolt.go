@@ -224,10 +224,7 @@ func (b *boltExec) process(f *wire.Frame) {
 		b.cnt.execute.ObserveN(d, len(f.Records))
 		b.cnt.busy.Add(int64(d))
 	}
-	if !b.r.cfg.Chaos.Enabled() {
-		putRecords(f.Records) // see recordSlabs
-		f.Records = nil
-	}
+	b.r.recycle(f)
 }
 
 // capacityWindow is how far back the capacity gauge looks.
@@ -451,6 +448,7 @@ func (b *boltExec) onCtrl(f *wire.Frame) {
 		return
 	}
 	if b.log == nil {
+		b.r.recycle(f)
 		return
 	}
 	for _, n := range f.Notices {
@@ -458,6 +456,7 @@ func (b *boltExec) onCtrl(f *wire.Frame) {
 			b.log.Complete(n.Tree, b.filter.Completed)
 		}
 	}
+	b.r.recycle(f)
 	b.gauges()
 }
 

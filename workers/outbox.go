@@ -116,7 +116,7 @@ func (o *outbox) flushRecords(dst int) {
 	}
 	f := &wire.Frame{Kind: wire.KindData, Records: o.recs[dst]}
 	// The frame now belongs to the receiver: start a fresh buffer.
-	o.recs[dst] = getRecords(min(o.size, 2*len(f.Records)))
+	o.recs[dst] = recordSlabs.get(min(o.size, 2*len(f.Records)))
 	o.recBytes[dst] = 0
 	o.send(dst, f)
 }
@@ -126,7 +126,7 @@ func (o *outbox) flushAcks(dst int) {
 		return
 	}
 	f := &wire.Frame{Kind: wire.KindAck, Acks: o.acks[dst]}
-	o.acks[dst] = make([]wire.AckMsg, 0, len(f.Acks))
+	o.acks[dst] = ackSlabs.get(len(f.Acks))
 	o.w.r.tc.ackMsgs.Add(int64(len(f.Acks)))
 	o.send(dst, f)
 }
@@ -136,7 +136,7 @@ func (o *outbox) flushNotices(dst int) {
 		return
 	}
 	f := &wire.Frame{Kind: wire.KindNotice, Notices: o.notices[dst]}
-	o.notices[dst] = make([]wire.Notice, 0, len(f.Notices))
+	o.notices[dst] = noticeSlabs.get(len(f.Notices))
 	o.send(dst, f)
 }
 
@@ -225,14 +225,11 @@ func (o *outbox) transmit(dst int, f *wire.Frame) {
 		if o.cnt != nil {
 			o.cnt.transferred.Add(n)
 		}
-		if !r.cfg.Chaos.Enabled() {
-			// Encoded and published: nothing reads the records again.
-			putRecords(f.Records)
-			f.Records = nil
-		}
 	}
 	r.tc.natsMsgsOut.Add(1)
 	r.tc.natsBytesOut.Add(int64(len(enc)))
+	// Encoded and published: nothing reads the frame's items again.
+	r.recycle(f)
 }
 
 // undeliverable accounts for a frame that cannot be sent: counted, logged,

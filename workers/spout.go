@@ -268,6 +268,7 @@ func (s *spoutExec) onCtrl(f *wire.Frame) {
 			p.start = now
 		}
 	}
+	s.r.recycle(f)
 }
 
 // failureOf describes a NoticeFailed for the dead letters.

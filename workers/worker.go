@@ -218,13 +218,22 @@ func (w *Worker) onFrame(t *task, m *nats.Msg) {
 	r := w.r
 	r.tc.natsMsgsIn.Add(1)
 	r.tc.natsBytesIn.Add(int64(len(m.Data)))
-	f := &wire.Frame{Records: getRecords(0)} // see recordSlabs
+	f := &wire.Frame{Records: recordSlabs.get(0), Acks: ackSlabs.get(0), Notices: noticeSlabs.get(0)} // see recordSlabs
 	err := wire.DecodeFrame(m.Data, f)
+	// Only the array of the frame's kind leaves with it; the others go
+	// back (all of them if it does not decode), rather than leaving with a
+	// frame that never returns them.
 	if err != nil || f.Kind != wire.KindData {
-		// Acks, notices and links leave the array empty: back it goes,
-		// rather than leaving with a frame that never returns it.
-		putRecords(f.Records)
+		recordSlabs.put(f.Records)
 		f.Records = nil
+	}
+	if err != nil || f.Kind != wire.KindAck {
+		ackSlabs.put(f.Acks)
+		f.Acks = nil
+	}
+	if err != nil || f.Kind != wire.KindNotice {
+		noticeSlabs.put(f.Notices)
+		f.Notices = nil
 	}
 	if err != nil {
 		r.tc.badFrames.Add(1)
