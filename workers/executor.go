@@ -109,11 +109,14 @@ func (b *base) check(name string, values topology.Values, direct bool) (*streamO
 		err = errors.New("EmitDirect on a stream whose subscribers do not use the Direct grouping; use Emit")
 	default:
 		size, err = topology.NormalizeValues(values)
-		var ve *topology.ValueError
-		if errors.As(err, &ve) {
-			ve.Name = so.schema.Names()[ve.Field]
-		}
-		if err == nil && size+recordOverhead > b.w.recordLimit {
+		if err != nil {
+			// Declared here, not above: errors.As takes its address, which
+			// moves it to the heap, and that was an allocation per emit.
+			var ve *topology.ValueError
+			if errors.As(err, &ve) {
+				ve.Name = so.schema.Names()[ve.Field]
+			}
+		} else if size+recordOverhead > b.w.recordLimit {
 			err = fmt.Errorf("the record takes %d bytes, more than a frame can carry (%d, the NATS server's max_payload less headroom); split it or raise max_payload", size, b.w.recordLimit-recordOverhead)
 		}
 	}
