@@ -336,6 +336,11 @@ func (s *suite) wordCount(ctx context.Context, wc wordcount.Config, edit func(*w
 	return sum, lost(job.Counts.Map(), s.oracle), nil
 }
 
+// modeRuns is how many times each guarantee's word count runs; the best
+// run counts, as for plain-go. The rounds go through every guarantee in
+// turn, so a slow spell of a shared machine does not fall on one row.
+const modeRuns = 3
+
 func (s *suite) modes(ctx context.Context) error {
 	modes := []struct {
 		name    string
@@ -343,20 +348,26 @@ func (s *suite) modes(ctx context.Context) error {
 		noDedup bool
 	}{{"at-most-once", workers.AtMostOnce, true}, {"at-least-once", workers.AtLeastOnce, true}, {"at-least-once-dedup", workers.AtLeastOnce, false},
 		{"exactly-once", workers.ExactlyOnce, false}}
-	for _, m := range modes {
-		sum, lostWords, err := s.wordCount(ctx, wordcount.Config{}, func(c *workers.Config) { c.Guarantee, c.NoDedup = m.g, m.noDedup })
-		if err != nil {
-			return fmt.Errorf("bench: %s word count: %w", m.name, err)
-		}
-		row := Row{Name: m.name, RecordsPerSec: sum.RecordsPerSec, Records: sum.Records, Seconds: sum.Duration.Seconds(), Lost: lostWords,
-			AckMessagesPerRecord: float64(sum.AckMessages) / float64(max(sum.Records, 1)),
-			Note:                 fmt.Sprintf("spout, split, count; %d workers; %d of %d records crossed NATS", sum.Workers, sum.NATSRecordsOut, sum.Records)}
-		s.rep.Rows = append(s.rep.Rows, row)
-		s.logf("%s: %.0f records/s", m.name, row.RecordsPerSec)
-		if lostWords > 0 {
-			return fmt.Errorf("bench: %s word count lost %d words", m.name, lostWords)
+	rows := make([]Row, len(modes))
+	for round := range modeRuns {
+		for i, m := range modes {
+			sum, lostWords, err := s.wordCount(ctx, wordcount.Config{}, func(c *workers.Config) { c.Guarantee, c.NoDedup = m.g, m.noDedup })
+			if err != nil {
+				return fmt.Errorf("bench: %s word count: %w", m.name, err)
+			}
+			if lostWords > 0 {
+				return fmt.Errorf("bench: %s word count lost %d words", m.name, lostWords)
+			}
+			s.logf("%s (run %d of %d): %.0f records/s", m.name, round+1, modeRuns, sum.RecordsPerSec)
+			if sum.RecordsPerSec <= rows[i].RecordsPerSec {
+				continue
+			}
+			rows[i] = Row{Name: m.name, RecordsPerSec: sum.RecordsPerSec, Records: sum.Records, Seconds: sum.Duration.Seconds(), Lost: lostWords,
+				AckMessagesPerRecord: float64(sum.AckMessages) / float64(max(sum.Records, 1)),
+				Note:                 fmt.Sprintf("spout, split, count; %d workers; %d of %d records crossed NATS; best of %d runs", sum.Workers, sum.NATSRecordsOut, sum.Records, modeRuns)}
 		}
 	}
+	s.rep.Rows = append(s.rep.Rows, rows...)
 	for i := range s.rep.Rows {
 		s.relate(&s.rep.Rows[i])
 	}

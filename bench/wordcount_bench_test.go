@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ackflow/ackflow/embednats"
 	"github.com/ackflow/ackflow/examples/wordcount"
@@ -14,15 +16,7 @@ import (
 // the whole runtime's cost per record, for a CPU profile
 // (go test -run X -bench WordCount -cpuprofile cpu.out ./bench/).
 func BenchmarkWordCount(b *testing.B) {
-	srv, err := embednats.Start(embednats.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Shutdown()
-	s := &suite{dir: b.TempDir(), rep: &Report{}, url: srv.URL()}
-	if err := s.prepareInput(8); err != nil {
-		b.Fatal(err)
-	}
+	s := benchSuite(b)
 	for _, m := range []struct {
 		name    string
 		g       workers.Guarantee
@@ -44,4 +38,48 @@ func BenchmarkWordCount(b *testing.B) {
 			b.ReportMetric(records/secs, "records/s")
 		})
 	}
+}
+
+// BenchmarkPacedWordCount runs the latency row's word count (at-least-once,
+// dedup off, 2 workers) with the spouts paced to a few rates, reporting
+// the complete latency's p50 and p99 per rate: how the tail grows with the
+// load, and with -trace, where the records wait
+// (go test -run X -bench PacedWordCount -benchtime 1x -trace t.out ./bench/,
+// then go tool trace -pprof=sched t.out).
+func BenchmarkPacedWordCount(b *testing.B) {
+	s := benchSuite(b)
+	for _, lps := range []float64{15_000, 30_000, 55_000, 110_000} {
+		b.Run(fmt.Sprintf("lines=%.0f", lps), func(b *testing.B) {
+			var p50, p99 time.Duration
+			for b.Loop() {
+				sum, lostWords, err := s.wordCount(context.Background(), wordcount.Config{LinesPerSec: lps}, func(c *workers.Config) { c.Guarantee, c.NoDedup = workers.AtLeastOnce, true })
+				if err != nil {
+					b.Fatal(err)
+				}
+				if lostWords > 0 {
+					b.Fatalf("lost %d words", lostWords)
+				}
+				l := sum.Component("lines")
+				p50, p99 = max(p50, l.LatencyP50), max(p99, l.LatencyP99)
+				b.ReportMetric(sum.RecordsPerSec, "records/s")
+			}
+			b.ReportMetric(ms(p50), "p50-ms")
+			b.ReportMetric(ms(p99), "p99-ms")
+		})
+	}
+}
+
+// benchSuite is a suite over an embedded NATS server that lives as long as
+// b, with the word count's input (8 copies of the bundled text) ready.
+func benchSuite(b *testing.B) *suite {
+	srv, err := embednats.Start(embednats.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Shutdown)
+	s := &suite{dir: b.TempDir(), rep: &Report{}, url: srv.URL()}
+	if err := s.prepareInput(8); err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
