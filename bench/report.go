@@ -11,7 +11,11 @@ import (
 
 // WriteTable prints the report for people.
 func (r *Report) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "ackflow bench (%s profile) on %s, %d CPUs, %s, %s\n\n", r.Profile, orUnknown(r.Machine.CPUModel), r.Machine.CPUs, r.Machine.GoVersion, r.Machine.Date)
+	fmt.Fprintf(w, "ackflow bench (%s profile) on %s, %d CPUs, %s, %s\n", r.Profile, orUnknown(r.Machine.CPUModel), r.Machine.CPUs, r.Machine.GoVersion, r.Machine.Date)
+	if r.Machine.StolenKnown {
+		fmt.Fprintf(w, "CPU time stolen by the hypervisor during the run: %.1f%%\n", 100*r.Machine.StolenShare)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\trecords/s\tvs plain Go\tvs raw NATS\tvs JetStream chain\tack msgs/record\tlost\t")
 	for _, row := range r.Rows {

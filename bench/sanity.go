@@ -28,6 +28,9 @@ func (r *Report) Impossible() []string {
 			}
 		}
 	}
+	if r.Machine.StolenShare > 1 {
+		add("%.2f of the CPU time stolen: a share cannot exceed 1", r.Machine.StolenShare)
+	}
 	if l := r.Latency; l.P99Ms > 0 && (l.P50Ms > l.P99Ms || l.P99Ms > l.P999Ms) {
 		add("latency percentiles out of order: p50 %.2f, p99 %.2f, p99.9 %.2f ms", l.P50Ms, l.P99Ms, l.P999Ms)
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -41,6 +42,7 @@ func TestImpossibleFigures(t *testing.T) {
 		{"bytes per tree beyond the heap (an unsigned underflow)", "acker bytes per pending tree: 92233720368338.5", func(r *Report) { r.Memory.AckerBytesPerTree = 92233720368338.5 }},
 		{"log bytes beyond the heap", "output log bytes per entry", func(r *Report) { r.Memory.LogBytesPerEntry = 1 << 20 }},
 		{"dedup under a bit", "bits per ID", func(r *Report) { r.Memory.DedupBitsPerID = 0.5 }},
+		{"more than all the CPU stolen", "CPU time stolen", func(r *Report) { r.Machine.StolenShare = 1.5 }},
 		{"breakdown not adding up", "CPU breakdown", func(r *Report) { r.Breakdown.Parts[0].Share = 0.5 }},
 		{"goal met by nothing", `goal "x" met with a value of 0`, func(r *Report) { r.Goals[0].Value = 0 }},
 	} {
@@ -79,5 +81,17 @@ func TestPartOf(t *testing.T) {
 		if got := partOf(c.stack); got != c.want {
 			t.Errorf("partOf(%q) = %q, want %q", c.stack, got, c.want)
 		}
+	}
+}
+
+// TestCPUTimes: on Linux the machine's CPU times are read, and what was
+// stolen is part of the total.
+func TestCPUTimes(t *testing.T) {
+	j, ok := cpuTimes()
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc/stat is Linux's")
+	}
+	if !ok || j.total == 0 || j.steal > j.total {
+		t.Fatalf("cpuTimes() = %+v, %v; want a total and steal within it", j, ok)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -167,6 +168,12 @@ type Machine struct {
 	Arch      string `json:"arch"`
 	CPUs      int    `json:"cpus"`
 	CPUModel  string `json:"cpu_model,omitempty"`
+	// StolenShare is the share of the machine's CPU time that the
+	// hypervisor gave to other guests during the suite (steal time in
+	// /proc/stat), when StolenKnown. On a shared virtual machine it says
+	// how far a run's figures were bent by its neighbours.
+	StolenShare float64 `json:"cpu_stolen_share"`
+	StolenKnown bool    `json:"cpu_stolen_known"`
 }
 
 // Row returns the named row, or nil.
@@ -213,6 +220,13 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 	if err := s.prepareInput(copies); err != nil {
 		return nil, err
 	}
+	before, beforeOK := cpuTimes()
+	defer func() {
+		if after, ok := cpuTimes(); ok && beforeOK && after.total > before.total {
+			s.rep.Machine.StolenShare = float64(after.steal-before.steal) / float64(after.total-before.total)
+			s.rep.Machine.StolenKnown = true
+		}
+	}()
 	steps := []func(context.Context) error{s.plainGo, s.raw, s.chain, s.modes, s.breakdown, s.metricsCost, s.latency, s.scaling, s.recordSizes, s.recovery, s.loss, s.checkpoints, s.clusterRow, s.memory}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
@@ -433,31 +447,46 @@ func (s *suite) recordSizes(ctx context.Context) error {
 	// start more than its transfer (390 MiB/s against 900 in the full
 	// profile).
 	budget := 64 << 20
-	for _, size := range []int{16, 64, 256, 1024, 4096} {
-		n := min(200_000, budget/size)
+	count := func(size int) int {
 		if s.cfg.Quick {
-			n = min(50_000, budget/size)
+			return min(50_000, budget/size)
 		}
-		res, err := payloadRun(ctx, s.url, n, size)
+		return min(200_000, budget/size)
+	}
+	for _, size := range []int{16, 64, 256, 1024} {
+		res, err := payloadRun(ctx, s.url, count(size), size)
 		if err != nil {
 			return err
 		}
 		s.rep.RecordSize = append(s.rep.RecordSize, res)
 		s.logf("%d-byte records: %.0f records/s, %.1f MiB/s", size, res.RecordsPerSec, res.MiBPerSec)
 	}
-	// The same bytes as bare NATS messages, one per record: how much of
-	// NATS's bandwidth large records get.
-	const large = 4096
-	n := min(200_000, budget/large)
-	if s.cfg.Quick {
-		n = min(50_000, budget/large)
+	// The largest records against the same bytes as bare NATS messages,
+	// one per record: how much of NATS's bandwidth large records get. The
+	// goal compares the two, so each is the best of three runs, taken in
+	// turn: one run of each let a slow spell fall on one side (0.77 in a
+	// run where the same build gave 1.00 and 1.04 before).
+	const large, rounds = 4096, 3
+	var best ScaleRow
+	for range rounds {
+		res, err := payloadRun(ctx, s.url, count(large), large)
+		if err != nil {
+			return err
+		}
+		if res.RecordsPerSec > best.RecordsPerSec {
+			best = res
+		}
+		raw, err := RawNATS(ctx, s.url, RawConfig{Messages: count(large), Size: large})
+		if err != nil {
+			return err
+		}
+		if raw.MsgsPerSec > s.rep.RawLarge.RecordsPerSec {
+			s.rep.RawLarge = ScaleRow{RecordBytes: large, RecordsPerSec: raw.MsgsPerSec, MiBPerSec: raw.MsgsPerSec * large / (1 << 20)}
+		}
 	}
-	raw, err := RawNATS(ctx, s.url, RawConfig{Messages: n, Size: large})
-	if err != nil {
-		return err
-	}
-	s.rep.RawLarge = ScaleRow{RecordBytes: large, RecordsPerSec: raw.MsgsPerSec, MiBPerSec: raw.MsgsPerSec * large / (1 << 20)}
-	s.logf("raw NATS, %d-byte messages: %.0f msg/s, %.1f MiB/s", large, raw.MsgsPerSec, s.rep.RawLarge.MiBPerSec)
+	s.rep.RecordSize = append(s.rep.RecordSize, best)
+	s.logf("%d-byte records: %.0f records/s, %.1f MiB/s (best of %d)", large, best.RecordsPerSec, best.MiBPerSec, rounds)
+	s.logf("raw NATS, %d-byte messages: %.0f msg/s, %.1f MiB/s (best of %d)", large, s.rep.RawLarge.RecordsPerSec, s.rep.RawLarge.MiBPerSec, rounds)
 	return nil
 }
 
@@ -762,4 +791,33 @@ func machine() Machine {
 		}
 	}
 	return m
+}
+
+// jiffies are the machine's CPU times from /proc/stat: all of them, and
+// those stolen by the hypervisor.
+type jiffies struct{ total, steal uint64 }
+
+// cpuTimes reads the first line of /proc/stat (user, nice, system, idle,
+// iowait, irq, softirq, steal, ...); ok is false where there is none.
+func cpuTimes() (j jiffies, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return j, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return j, false
+	}
+	for i, f := range fields[1:min(len(fields), 9)] {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return j, false
+		}
+		j.total += n
+		if i == 7 {
+			j.steal = n
+		}
+	}
+	return j, true
 }
