@@ -218,24 +218,17 @@ func (w *Worker) onFrame(t *task, m *nats.Msg) {
 	r := w.r
 	r.tc.natsMsgsIn.Add(1)
 	r.tc.natsBytesIn.Add(int64(len(m.Data)))
-	f := &wire.Frame{Records: recordSlabs.get(0), Acks: ackSlabs.get(0), Notices: noticeSlabs.get(0)} // see recordSlabs
-	err := wire.DecodeFrame(m.Data, f)
-	// Only the array of the frame's kind leaves with it; the others go
-	// back (all of them if it does not decode), rather than leaving with a
-	// frame that never returns them.
-	if err != nil || f.Kind != wire.KindData {
-		recordSlabs.put(f.Records)
-		f.Records = nil
+	f := &wire.Frame{} // its array comes from the slab of its kind: see recordSlabs
+	switch kind, _, _ := wire.PeekHeader(m.Data); kind {
+	case wire.KindData:
+		f.Records = recordSlabs.get(0)
+	case wire.KindAck:
+		f.Acks = ackSlabs.get(0)
+	case wire.KindNotice:
+		f.Notices = noticeSlabs.get(0)
 	}
-	if err != nil || f.Kind != wire.KindAck {
-		ackSlabs.put(f.Acks)
-		f.Acks = nil
-	}
-	if err != nil || f.Kind != wire.KindNotice {
-		noticeSlabs.put(f.Notices)
-		f.Notices = nil
-	}
-	if err != nil {
+	if err := wire.DecodeFrame(m.Data, f); err != nil {
+		r.recycle(f)
 		r.tc.badFrames.Add(1)
 		r.warn.Warn().Err(err).Str("subject", m.Subject).Msg("dropping a frame that does not decode")
 		return
