@@ -82,7 +82,11 @@ func (d *dockerSuite) demo(t *testing.T) {
 	for _, svc := range []string{"streams", "submit"} {
 		id := d.container(svc)
 		if code := strings.TrimSpace(d.docker("wait", id)); code != "0" {
-			fatalf(t, "the %s service exited with %s:\n%s", svc, code, d.docker("logs", id))
+			var workers strings.Builder
+			for _, w := range []string{"w1", "w2", "w3"} {
+				fmt.Fprintf(&workers, "\nlast lines of %s:\n%s", w, d.docker("logs", "--tail", "30", d.container(w)))
+			}
+			fatalf(t, "the %s service exited with %s:\n%s%s", svc, code, d.docker("logs", id), workers.String())
 		}
 	}
 	d.c.await("the word count finishes", 4*time.Minute, func(s *clusterStatus) bool { return s.Topology.State == "finished" })
