@@ -29,7 +29,11 @@ type nodes struct {
 	cancel map[string]context.CancelFunc
 	errs   map[string]chan error
 	reg    cluster.Registry
+	gens   cluster.Generations
 	nc     *nats.Conn
+	// configure, if set, changes the runtime configuration of the nodes
+	// started after it is set.
+	configure func(*workers.Config)
 }
 
 // verifyNoLeaks checks for leaked goroutines when t ends, after the
@@ -59,6 +63,9 @@ func startNodes(t *testing.T, name string, build func(map[string]string) (*topol
 	if n.reg, err = cluster.NewKVRegistry(context.Background(), js); err != nil {
 		t.Fatal(err)
 	}
+	if n.gens, err = cluster.NewKVGenerations(context.Background(), js); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(n.stopAll)
 	return n
 }
@@ -71,6 +78,9 @@ func (n *nodes) startWith(member string, reg *metrics.Registry) {
 	rt := workers.DefaultConfig()
 	rt.Logger = zerolog.Nop()
 	rt.Metrics = reg
+	if n.configure != nil {
+		n.configure(&rt)
+	}
 	errc := make(chan error, 1)
 	n.cancel[member], n.errs[member] = cancel, errc
 	cfg := workers.NodeConfig{Name: member, NATSURL: n.url, Runtime: rt, Members: nodeTiming,

@@ -1,0 +1,233 @@
+package workers_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ackflow/ackflow/chaos"
+	"github.com/ackflow/ackflow/cluster"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/workers"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cluster mode under the shapes that found losses in local mode: an All
+// grouping, a diamond of two groupings into one keyed bolt, a fan-out, and
+// a bolt that fails its input after emitting half of its outputs, side by
+// side in one topology, each branch ending in its own keyed count. Three
+// nodes run it under frame loss and duplication and failed inputs; one
+// leaves, a fourth joins, another leaves, so the generation changes and
+// every task rolls back to a checkpoint three times, on plans of two and
+// three slots. The oracle: every branch's keyed state, as the run ends it,
+// counts each value as often as the shape says (exactly-once), or at
+// least that often (at-least-once).
+
+// tallies is one keyed count per branch, as the run ends them.
+type tallies struct {
+	mu     sync.Mutex
+	branch map[string]map[string]int64
+}
+
+func (t *tallies) counter(branch string) func() topology.Bolt {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.branch[branch]
+	if m == nil {
+		m = map[string]int64{}
+		t.branch[branch] = m
+	}
+	return func() topology.Bolt { return &keyedCounter{mu: &t.mu, result: m} }
+}
+
+// expect checks that branch counted every value 0..n-1 want times
+// (at least want times unless exact) and nothing else.
+func (t *tallies) expect(tb testing.TB, branch string, n int64, want int64, exact bool) {
+	tb.Helper()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.branch[branch]
+	for i := int64(0); i < n; i++ {
+		got := m[strconv.FormatInt(i, 10)]
+		if got < want || exact && got != want {
+			tb.Fatalf("%s counted %d %d times, want %d", branch, i, got, want)
+		}
+	}
+	if len(m) != int(n) {
+		tb.Fatalf("%s counted %d distinct values, want %d", branch, len(m), n)
+	}
+}
+
+func shapesTopology(t *testing.T, name string, n, k int64, tl *tallies, failed map[int64]bool, mu *sync.Mutex) *topology.Topology {
+	b := topology.NewBuilder(name)
+	b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: 4 * time.Second}} }, 1).Outputs("n")
+	// All: each of three copies is counted.
+	b.Bolt("copy", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.All()).Outputs("n")
+	b.Bolt("all", tl.counter("all"), 2).KeyedState().Input("copy", topology.Fields("n")).Outputs("n")
+	// Diamond: two paths meet in one keyed count.
+	b.Bolt("left", func() topology.Bolt { return &pass{} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+	b.Bolt("right", func() topology.Bolt { return &pass{} }, 2).Input("numbers", topology.LocalOrShuffle()).Outputs("n")
+	b.Bolt("diamond", tl.counter("diamond"), 2).KeyedState().
+		Input("left", topology.Fields("n")).Input("right", topology.Fields("n")).Outputs("n")
+	// Fan-out: k children per input.
+	b.Bolt("fan", func() topology.Bolt { return &fanOut{k: k} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+	b.Bolt("fanned", tl.counter("fanned"), 2).KeyedState().Input("fan", topology.Fields("n")).Outputs("n")
+	// A failed partial emit: four children per input, one input in ten
+	// failed after two of them the first time.
+	b.Bolt("partial", func() topology.Bolt { return &partial{mu: mu, failed: failed} }, 2).Input("numbers", topology.Fields("n")).Outputs("n")
+	b.Bolt("quartered", tl.counter("quartered"), 2).KeyedState().Input("partial", topology.Fields("n")).Outputs("n")
+	return build(t, b)
+}
+
+// cutter dials a node's NATS connections and can cut them all, as a
+// network partition of the node does, and heal again: while cut, every
+// connection is closed at once and every dial fails.
+type cutter struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func (c *cutter) Dial(network, address string) (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut {
+		return nil, errors.New("cut off by the test")
+	}
+	conn, err := net.Dial(network, address)
+	if err == nil {
+		c.conns = append(c.conns, conn)
+	}
+	return conn, err
+}
+
+func (c *cutter) sever() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = true
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+	c.conns = nil
+}
+
+func (c *cutter) heal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = false
+}
+
+// watchResent reads the members' status reports of topo until the test
+// ends; the function it returns says how many frames the members resent,
+// at most, in the reports seen.
+func (n *nodes) watchResent(topo string) func() int64 {
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	statuses, err := cluster.NewKVStatuses(ctx, js, nodeTiming)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	var most atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			reports, _ := statuses.List(ctx, topo)
+			var sum int64
+			for _, cr := range reports {
+				if rep, err := workers.DecodeReport(cr); err == nil && rep.Status != nil {
+					sum += rep.Status.Transport.FramesResent
+				}
+			}
+			if sum > most.Load() {
+				most.Store(sum)
+			}
+			sleepFor(ctx, 50*time.Millisecond)
+		}
+	}()
+	n.t.Cleanup(func() { cancel(); <-done })
+	return most.Load
+}
+
+func sleepFor(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func TestClusterShapesAcrossGenerations(t *testing.T) {
+	for _, g := range []string{"exactly-once", "at-least-once"} {
+		t.Run(g, func(t *testing.T) {
+			verifyNoLeaks(t)
+			const n, k = 2000, 3
+			name := "shapes-" + g
+			tl := &tallies{branch: map[string]map[string]int64{}}
+			var mu sync.Mutex
+			failed := map[int64]bool{}
+			nd := startNodes(t, name, func(map[string]string) (*topology.Topology, error) {
+				return shapesTopology(t, name, n, k, tl, failed, &mu), nil
+			})
+			var net3 cutter
+			nd.configure = func(c *workers.Config) {
+				c.Chaos = chaos.Config{Drop: 0.02, Dup: 0.01, Reorder: 0.05, Fail: 0.002, Seed: 31}
+				c.MaxAttempts = 0 // the oracle needs every record
+			}
+			resent := nd.watchResent(name)
+			nd.start("n1")
+			nd.start("n2")
+			configure := nd.configure
+			nd.configure = func(c *workers.Config) {
+				configure(c)
+				c.NATSOptions = append(c.NATSOptions, nats.SetCustomDialer(&net3), nats.ReconnectWait(50*time.Millisecond))
+			}
+			nd.start("n3")
+			nd.configure = configure
+			ctx := context.Background()
+			if err := nd.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: g, CheckpointEvery: 200 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+			nd.stop("n2")
+			time.Sleep(700 * time.Millisecond)
+			nd.start("n4")
+			time.Sleep(700 * time.Millisecond)
+			// n3 is cut off past its lease, then comes back.
+			net3.sever()
+			time.Sleep(1500 * time.Millisecond)
+			net3.heal()
+			nd.await(2*time.Minute, func(s string) bool { return s == cluster.StateFinished })
+			gen, _, err := nd.gens.Current(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nd.stopAll()
+			t.Logf("%s: finished in generation %d; frames resent %d", g, gen.Number, resent())
+			if gen.Number < 5 {
+				t.Fatalf("generation %d: the leave, the join and the cut did not change the plan four times; the test proves nothing", gen.Number)
+			}
+			if resent() == 0 {
+				t.Fatal("no frame was resent; the frame chaos proves nothing")
+			}
+			exact := g == "exactly-once"
+			tl.expect(t, "all", n, 3, exact)
+			tl.expect(t, "diamond", n, 2, exact)
+			tl.expect(t, "fanned", n*k, 1, exact)
+			tl.expect(t, "quartered", 4*n, 1, exact)
+			mu.Lock()
+			defer mu.Unlock()
+			if len(failed) != n/10 {
+				t.Fatalf("partial failed %d inputs, want %d", len(failed), n/10)
+			}
+		})
+	}
+}
