@@ -39,7 +39,7 @@ func (s *State) KeyGroup(key string) int { return KeyGroup(HashValue(HashSeed, k
 func (s *State) Counters(name string) *Counters {
 	c := s.counters[name]
 	if c == nil {
-		c = &Counters{st: s, groups: make([]map[string]int64, s.groups)}
+		c = &Counters{st: s, groups: make([]map[string]*int64, s.groups)}
 		s.counters[name] = c
 	}
 	return c
@@ -56,31 +56,56 @@ func (s *State) Map(name string) *Map {
 }
 
 // Counters are int64 values by key; a missing key counts 0.
+//
+// A map holds a pointer to each counter rather than the counter, so that
+// Add of a key already counted, the common case of a keyed count, is one
+// map lookup instead of a lookup and an assignment. The counters come from
+// small slabs, so a new key costs no allocation of its own.
 type Counters struct {
 	st     *State
-	groups []map[string]int64 // by key group; nil until used
+	groups []map[string]*int64 // by key group; nil until used
 	n      int
+	slab   []int64 // where the next new keys' counters go
 }
+
+// counterSlab is how many counters one allocation makes room for.
+const counterSlab = 64
 
 // Add adds delta to key's counter and returns the new value.
 func (c *Counters) Add(key string, delta int64) int64 {
 	g := c.st.KeyGroup(key)
+	if p := c.groups[g][key]; p != nil {
+		*p += delta
+		return *p
+	}
+	c.insert(g, key, delta)
+	return delta
+}
+
+// insert adds key, which group g does not hold, with value v.
+func (c *Counters) insert(g int, key string, v int64) {
 	m := c.groups[g]
 	if m == nil {
-		m = map[string]int64{}
+		m = map[string]*int64{}
 		c.groups[g] = m
 	}
-	v, ok := m[key]
-	if !ok {
-		c.n++
+	if len(c.slab) == 0 {
+		c.slab = make([]int64, counterSlab)
 	}
-	v += delta
-	m[key] = v
-	return v
+	p := &c.slab[0]
+	c.slab = c.slab[1:]
+	*p = v
+	m[key] = p
+	c.n++
 }
 
 // Get returns key's counter.
-func (c *Counters) Get(key string) int64 { return c.groups[c.st.KeyGroup(key)][key] }
+func (c *Counters) Get(key string) int64 {
+	if p := c.groups[c.st.KeyGroup(key)][key]; p != nil {
+		return *p
+	}
+	return 0
+}
 
 // Delete removes key.
 func (c *Counters) Delete(key string) {
@@ -98,7 +123,7 @@ func (c *Counters) Len() int { return c.n }
 func (c *Counters) Range(fn func(key string, n int64) bool) {
 	for _, m := range c.groups {
 		for k, v := range m {
-			if !fn(k, v) {
+			if !fn(k, *v) {
 				return
 			}
 		}
@@ -186,7 +211,7 @@ func (s *State) AppendSnapshot(dst []byte) []byte {
 			dst = binary.AppendUvarint(dst, uint64(len(m)))
 			for k, v := range m {
 				dst = appendString(dst, k)
-				dst = binary.AppendVarint(dst, v)
+				dst = binary.AppendVarint(dst, *v)
 			}
 		}
 	}
@@ -249,7 +274,7 @@ func (s *State) Restore(snap []byte) error {
 		if f := fresh.counters[name]; f != nil {
 			c.groups, c.n = f.groups, f.n
 		} else {
-			c.groups, c.n = make([]map[string]int64, s.groups), 0
+			c.groups, c.n = make([]map[string]*int64, s.groups), 0
 		}
 	}
 	for name, f := range fresh.counters {
@@ -290,7 +315,7 @@ func (s *State) RestoreGroups(snaps [][]byte, from, to int) error {
 		for name, c := range one.counters {
 			for g := from; g < to; g++ {
 				for k, v := range c.groups[g] {
-					merged.Counters(name).Add(k, v)
+					merged.Counters(name).Add(k, *v)
 				}
 			}
 		}

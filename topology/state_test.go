@@ -3,6 +3,7 @@ package topology
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -134,5 +135,26 @@ func TestRestoreGroupsSplitsStateByKeyGroup(t *testing.T) {
 		if got[k] != n {
 			t.Fatalf("%q: %d, want %d", k, got[k], n)
 		}
+	}
+}
+
+// BenchmarkCountersAdd is a keyed count's work per record: 5,000 distinct
+// words in a Zipf mix, as in word count, almost all of them already
+// counted.
+func BenchmarkCountersAdd(b *testing.B) {
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, 4999)
+	words := make([]string, 1<<16)
+	for i := range words {
+		words[i] = fmt.Sprintf("word%d", z.Uint64())
+	}
+	c := NewState(DefaultKeyGroups).Counters("words")
+	for _, w := range words {
+		c.Add(w, 1)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		c.Add(words[i&(len(words)-1)], 1)
+		i++
 	}
 }
