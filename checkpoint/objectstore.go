@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -174,8 +175,13 @@ func (s *ObjectStore) purge(subject string) {
 // purgeTimeout bounds the removal of unreferenced chunks.
 const purgeTimeout = 5 * time.Second
 
-// Get reads the object with GetBytes, which checks it against the SHA-256
-// digest JetStream stored with it.
+// Get reads the object's chunks from the bucket's stream one direct read
+// at a time and checks them against the SHA-256 digest JetStream stored
+// with the object. It does not use the client's Get, which streams the
+// chunks through an ordered consumer into a pipe: when setting up that
+// consumer fails, as over a connection that has just dropped, a chunk
+// already delivered stays blocked on the pipe with no reader, and the
+// subscription's goroutine never ends.
 func (s *ObjectStore) Get(ctx context.Context, name string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -183,12 +189,39 @@ func (s *ObjectStore) Get(ctx context.Context, name string) ([]byte, error) {
 	if err := CheckName(name); err != nil {
 		return nil, err
 	}
-	data, err := s.obs.GetBytes(ctx, name)
+	info, err := s.obs.GetInfo(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, notFound(name, s.where(), err)
 	}
+	cannot := func(err error) error {
+		return fmt.Errorf("checkpoint: cannot read %s in %s: %w; check the NATS connection and retry", name, s.where(), err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: cannot read %s in %s: %w; check the NATS connection and retry", name, s.where(), err)
+		return nil, cannot(err)
+	}
+	data := make([]byte, 0, info.Size)
+	if info.Size > 0 {
+		st, err := s.js.Stream(ctx, "OBJ_"+s.bucket)
+		if err != nil {
+			return nil, cannot(err)
+		}
+		subject := "$O." + s.bucket + ".C." + info.NUID
+		seq := uint64(1)
+		for n := range info.Chunks {
+			m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+			if err != nil {
+				return nil, cannot(fmt.Errorf("chunk %d of %d: %w", n+1, info.Chunks, err))
+			}
+			data = append(data, m.Data...)
+			seq = m.Sequence + 1
+		}
+	}
+	want, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %s in %s has no digest to check it against (%q): %w", name, s.where(), info.Digest, err)
+	}
+	if got := sha256.Sum256(data); uint64(len(data)) != info.Size || !bytes.Equal(got[:], want) {
+		return nil, fmt.Errorf("checkpoint: %s in %s does not match the digest stored with it (%d bytes read of %d): the object is damaged", name, s.where(), len(data), info.Size)
 	}
 	return data, nil
 }
@@ -206,29 +239,40 @@ func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error)
 	if err := CheckPrefix(prefix); err != nil {
 		return nil, err
 	}
-	// nats.go's List waits for a marker that an empty bucket of a NATS
-	// cluster may never send (its first lookup fails while the new stream
-	// elects a leader), so an empty bucket is answered from its status,
-	// and no listing waits forever.
-	st, err := s.obs.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: cannot read the status of %s: %w; check the NATS connection and retry", s.where(), err)
-	}
-	if bs, ok := st.(*jetstream.ObjectBucketStatus); ok && bs.StreamInfo().State.Msgs == 0 {
-		return nil, nil
-	}
+	// The objects' metadata are read from the bucket's stream one direct
+	// read at a time (the stream keeps the latest per object). nats.go's
+	// List goes through a watcher instead, whose message handler blocks
+	// for good on a full channel when the listing is given up (ctx ended,
+	// or the connection dropped midway), and which waits for a marker that
+	// an empty bucket of a NATS cluster may never send.
 	ctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
-	infos, err := s.obs.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+	cannot := func(err error) error {
+		return fmt.Errorf("checkpoint: cannot list %s: %w; check the NATS connection and retry", s.where(), err)
+	}
+	st, err := s.js.Stream(ctx, "OBJ_"+s.bucket)
+	if err != nil {
+		return nil, cannot(err)
+	}
+	if st.CachedInfo().State.Msgs == 0 {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: cannot list %s: %w; check the NATS connection and retry", s.where(), err)
-	}
 	var names []string
-	for _, info := range infos {
-		if strings.HasPrefix(info.Name, prefix) && CheckName(info.Name) == nil {
+	metas := "$O." + s.bucket + ".M.>"
+	for seq := uint64(1); ; {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(metas))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, cannot(err)
+		}
+		seq = m.Sequence + 1
+		var info jetstream.ObjectInfo
+		if err := json.Unmarshal(m.Data, &info); err != nil {
+			return nil, cannot(fmt.Errorf("the metadata at sequence %d do not decode: %w", m.Sequence, err))
+		}
+		if !info.Deleted && strings.HasPrefix(info.Name, prefix) && CheckName(info.Name) == nil {
 			names = append(names, info.Name)
 		}
 	}

@@ -1,8 +1,10 @@
 package checkpoint_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -77,6 +79,61 @@ func TestObjectStoreOverwriteLeavesNoChunks(t *testing.T) {
 	}
 	if si.State.Msgs != 2 {
 		t.Fatalf("after an overwrite the bucket's stream holds %d messages, want 2 (one chunk and the metadata)", si.State.Msgs)
+	}
+}
+
+// TestObjectStoreGetChecksTheChunks reads, chunk by chunk, an object that
+// nats.go wrote, and refuses one whose chunks were tampered with: the
+// bytes must match the digest stored with the object.
+func TestObjectStoreGetChecksTheChunks(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	js, stop := startJetStream(t)
+	defer stop()
+	ctx := context.Background()
+	s, err := checkpoint.NewObjectStore(ctx, js, "chunks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, "chunks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := storetest.Bytes(9, 300_000) // three chunks
+	info, err := obs.PutBytes(ctx, "x", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.PutBytes(ctx, "empty", nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, "x")
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("Get of nats.go's object: %d bytes, %v; want the %d put", len(got), err, len(big))
+	}
+	if got, err := s.Get(ctx, "empty"); err != nil || len(got) != 0 {
+		t.Fatalf("Get of an empty object: %q, %v", got, err)
+	}
+	// Replace the first chunk by one of the same length at the end of
+	// the stream: the chunks still add up to the size, not to the digest.
+	st, err := js.Stream(ctx, "OBJ_chunks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "$O.chunks.C." + info.NUID
+	first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, first.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	forged := bytes.Clone(first.Data)
+	forged[0] ^= 1
+	if _, err := js.Publish(ctx, subject, forged); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "x"); err == nil || !strings.Contains(err.Error(), "does not match the digest") {
+		t.Fatalf("Get of a tampered object: %v, want a digest mismatch", err)
 	}
 }
 
