@@ -54,6 +54,9 @@ type runner struct {
 	// invalid counts invalid generation entries this worker, leading,
 	// wrote over.
 	invalid atomic.Int64
+	// newest is the number of the newest generation the watch has seen,
+	// delivered to run's loop or not yet.
+	newest atomic.Uint64
 }
 
 func newRunner(n *Node, name string, build func(map[string]string) (*topology.Topology, error)) *runner {
@@ -250,6 +253,9 @@ func (r *runner) watchGenerations(ctx context.Context) <-chan cluster.Generation
 				continue
 			}
 			for g := range ch {
+				if g.Number > r.newest.Load() {
+					r.newest.Store(g.Number)
+				}
 				select {
 				case out <- g:
 				case <-ctx.Done():
@@ -312,7 +318,12 @@ func (r *runner) onGeneration(ctx context.Context, g cluster.Generation) {
 		r.log.Info().Uint64("generation", g.Number).Msg("no tasks in this generation")
 		return
 	}
-	if err := r.join(ctx, g, spec, rev, slot); err != nil {
+	err := r.join(ctx, g, spec, rev, slot)
+	switch {
+	case err == nil:
+	case ctx.Err() == nil && r.newest.Load() > g.Number && errors.Is(err, context.Canceled):
+		r.log.Info().Uint64("generation", g.Number).Uint64("newer", r.newest.Load()).Msg("gave up joining a generation: a newer one is out")
+	default:
 		r.lastErr = err.Error()
 		r.log.Error().Err(err).Uint64("generation", g.Number).Msg("cannot run this worker's tasks of the generation")
 	}
@@ -334,11 +345,37 @@ func (r *runner) join(ctx context.Context, g cluster.Generation, spec cluster.Sp
 	if err != nil {
 		return err
 	}
-	r.member, err = JoinGeneration(ctx, topo, cfg, wg, slot, nil)
+	jctx, joined := r.untilNewer(ctx, g.Number)
+	r.member, err = JoinGeneration(jctx, topo, cfg, wg, slot, nil)
+	joined()
 	if err == nil {
 		r.lastErr = ""
 	}
 	return err
+}
+
+// untilNewer returns a context for joining generation gen that ends when
+// a newer generation is out: the join restores a checkpoint, which over a
+// connection that has just dropped can take until a request times out,
+// and a worker that fell behind so must catch up at once rather than
+// hold the new generation's start barrier meanwhile. Call joined when
+// the join returns: only the join uses the context (the tasks outlive
+// it), so it ends then.
+func (r *runner) untilNewer(ctx context.Context, gen uint64) (jctx context.Context, joined func()) {
+	jctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer cancel()
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for r.newest.Load() <= gen {
+			select {
+			case <-jctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return jctx, cancel
 }
 
 // config is the runtime configuration of spec on this worker.
