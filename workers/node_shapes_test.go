@@ -66,7 +66,7 @@ func (t *tallies) expect(tb testing.TB, branch string, n int64, want int64, exac
 
 func shapesTopology(t *testing.T, name string, n, k int64, tl *tallies, failed map[int64]bool, mu *sync.Mutex) *topology.Topology {
 	b := topology.NewBuilder(name)
-	b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: 4 * time.Second}} }, 1).Outputs("n")
+	b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: 6 * time.Second}} }, 1).Outputs("n")
 	// All: each of three copies is counted.
 	b.Bolt("copy", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.All()).Outputs("n")
 	b.Bolt("all", tl.counter("all"), 2).KeyedState().Input("copy", topology.Fields("n")).Outputs("n")
@@ -158,6 +158,32 @@ func (n *nodes) watchResent(topo string) func() int64 {
 	return most.Load
 }
 
+// awaitGeneration waits until topo's generation is past after, and
+// returns its number; it fails the test if the topology finishes first or
+// the generation stays for 20 s.
+func (n *nodes) awaitGeneration(topo string, after uint64) uint64 {
+	n.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		g, _, err := n.gens.Current(ctx, topo)
+		if err != nil && !errors.Is(err, cluster.ErrNotFound) {
+			n.t.Fatal(err)
+		}
+		if g.Number > after {
+			return g.Number
+		}
+		spec, _, err := n.reg.Get(ctx, topo)
+		if err == nil && spec.State == cluster.StateFinished {
+			n.t.Fatalf("the topology finished in generation %d, before the fault changed it; the test proves nothing", g.Number)
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("the generation is still %d 20 s after the fault", g.Number)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func sleepFor(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
@@ -196,25 +222,31 @@ func TestClusterShapesAcrossGenerations(t *testing.T) {
 			if err := nd.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: g, CheckpointEvery: 200 * time.Millisecond}); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second)
+			// Each fault must change the plan before the next comes.
+			gen := nd.awaitGeneration(name, 0)
+			time.Sleep(500 * time.Millisecond)
 			nd.stop("n2")
-			time.Sleep(700 * time.Millisecond)
+			gen = nd.awaitGeneration(name, gen)
 			nd.start("n4")
-			time.Sleep(700 * time.Millisecond)
+			gen = nd.awaitGeneration(name, gen)
 			// n3 is cut off past its lease, then comes back.
 			net3.sever()
-			time.Sleep(1500 * time.Millisecond)
+			gen = nd.awaitGeneration(name, gen)
 			net3.heal()
+			healed := time.Now()
 			nd.await(2*time.Minute, func(s string) bool { return s == cluster.StateFinished })
-			gen, _, err := nd.gens.Current(ctx, name)
+			took := time.Since(healed)
+			nd.stopAll()
+			last, _, err := nd.gens.Current(context.Background(), name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			nd.stopAll()
-			t.Logf("%s: finished in generation %d; frames resent %d", g, gen.Number, resent())
-			if gen.Number < 5 {
-				t.Fatalf("generation %d: the leave, the join and the cut did not change the plan four times; the test proves nothing", gen.Number)
-			}
+			// Before a worker gave up joining a generation once a newer one
+			// was out, 3 runs in 10 took 30 s more here: the cut-off worker
+			// held the new generation's start barrier while its checkpoint
+			// read waited out a request timeout.
+			t.Logf("%s: the faults were over in generation %d, the run finished in %d, %v after the cut-off worker came back; frames resent %d",
+				g, gen, last.Number, took.Round(time.Millisecond), resent())
 			if resent() == 0 {
 				t.Fatal("no frame was resent; the frame chaos proves nothing")
 			}
