@@ -292,19 +292,58 @@ func CreateStreams(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
-// Publish writes the events, then the marker that ends the input.
+// Publish writes the events, then the marker that ends the input. A
+// publish waits while the client already has its maximum of
+// unacknowledged messages out (the client gives such a wait up after
+// 200 ms; a busy server is no reason to fail), and every event must be
+// acknowledged by the stream before the marker goes out, so that the
+// marker is the last message and no event is missing before it.
 func Publish(ctx context.Context, js jetstream.JetStream, events []Event) error {
-	for i, e := range append(events, Event{Time: endOfInput}) {
-		if _, err := js.PublishAsync(EventsSubject, fmt.Appendf(nil, "%s %d", e.URL, e.Time)); err != nil {
-			return fmt.Errorf("pageviews: publishing event %d: %w", i, err)
+	publish := func(i int, e Event) (jetstream.PubAckFuture, error) {
+		for {
+			f, err := js.PublishAsync(EventsSubject, fmt.Appendf(nil, "%s %d", e.URL, e.Time))
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				if err != nil {
+					err = fmt.Errorf("pageviews: publishing event %d: %w", i, err)
+				}
+				return f, err
+			}
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("pageviews: publishing event %d: %w", i, ctx.Err())
+			}
 		}
 	}
-	select {
-	case <-js.PublishAsyncComplete():
+	wait := func(futures []jetstream.PubAckFuture, first int) error {
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			return fmt.Errorf("pageviews: publishing the events: %w", ctx.Err())
+		}
+		for i, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("pageviews: the stream did not store event %d: %w; publish again into a new stream (CreateStreams)", first+i, err)
+			}
+		}
 		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("pageviews: publishing the events: %w", ctx.Err())
 	}
+	futures := make([]jetstream.PubAckFuture, len(events))
+	for i, e := range events {
+		f, err := publish(i, e)
+		if err != nil {
+			return err
+		}
+		futures[i] = f
+	}
+	if err := wait(futures, 0); err != nil {
+		return err
+	}
+	f, err := publish(len(events), Event{Time: endOfInput})
+	if err != nil {
+		return err
+	}
+	return wait([]jetstream.PubAckFuture{f}, len(events))
 }
 
 // ReadCounts reads every window count delivered so far, and how many

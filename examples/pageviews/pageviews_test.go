@@ -2,6 +2,8 @@ package pageviews_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/ackflow/ackflow/embednats/natstest"
 	"github.com/ackflow/ackflow/examples/pageviews"
 	"github.com/ackflow/ackflow/workers"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 )
 
@@ -63,4 +66,52 @@ func TestExactWindowCountsUnderChaosAndCrashes(t *testing.T) {
 		t.Fatalf("%d windows delivered, want %d", len(got), len(want))
 	}
 	t.Logf("%d windows exact", len(want))
+}
+
+// TestPublishStoresEveryEventBeforeTheMarker publishes through a client
+// that allows one unacknowledged message at a time, so that nearly every
+// publish waits: every event is stored, in order, and the marker that
+// ends the input is the last message.
+func TestPublishStoresEveryEventBeforeTheMarker(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	base, stop := natstest.JetStream(t)
+	defer stop()
+	js, err := jetstream.New(base.Conn(), jetstream.WithPublishAsyncMaxPending(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	events := pageviews.Generate(3000, 3)
+	if err := pageviews.CreateStreams(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	if err := pageviews.Publish(ctx, js, events); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, pageviews.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != uint64(len(events)+1) {
+		t.Fatalf("the stream holds %d messages, want %d events and the marker", info.State.Msgs, len(events)+1)
+	}
+	for i, seq := range []uint64{info.State.FirstSeq, info.State.FirstSeq + uint64(len(events)) - 1, info.State.LastSeq} {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(" %d", int64(math.MaxInt64)) // the marker: no URL, the last time
+		if i < 2 {
+			e := events[min(i*len(events), len(events)-1)]
+			want = fmt.Sprintf("%s %d", e.URL, e.Time)
+		}
+		if string(m.Data) != want {
+			t.Fatalf("message %d is %q, want %q", seq, m.Data, want)
+		}
+	}
 }
