@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,10 @@ import (
 // a bolt that fails its input after emitting half of its outputs, side by
 // side in one topology, each branch ending in its own keyed count. Three
 // nodes run it under frame loss and duplication and failed inputs; one
-// leaves, a fourth joins, another leaves, so the generation changes and
-// every task rolls back to a checkpoint three times, on plans of two and
+// leaves, a fourth joins, then the leader and then another node are cut
+// off from NATS past their lease and come back, each fault once the one
+// before has changed the plan, so the generation changes and every task
+// rolls back to a checkpoint at least five times, on plans of two and
 // three slots. The oracle: every branch's keyed state, as the run ends it,
 // counts each value as often as the shape says (exactly-once), or at
 // least that often (at-least-once).
@@ -158,27 +161,60 @@ func (n *nodes) watchResent(topo string) func() int64 {
 	return most.Load
 }
 
-// awaitGeneration waits until topo's generation is past after, and
-// returns its number; it fails the test if the topology finishes first or
-// the generation stays for 20 s.
-func (n *nodes) awaitGeneration(topo string, after uint64) uint64 {
+// leader is the name of topo's leader, which the test waits for.
+func (n *nodes) leader(topo string) string {
+	n.t.Helper()
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	ctx := context.Background()
+	el, err := cluster.NewKVElector(ctx, js, nodeTiming)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		name, err := el.Leader(ctx, topo)
+		if err == nil && name != "" {
+			return name
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("%s has no leader after 20 s (%v)", topo, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitPlan waits until topo has a generation past after whose workers
+// are exactly want, and returns its number; it fails the test if the
+// topology finishes first or no such generation comes in 20 s.
+func (n *nodes) awaitPlan(topo string, after uint64, want ...string) uint64 {
 	n.t.Helper()
 	ctx := context.Background()
+	slices.Sort(want)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		g, _, err := n.gens.Current(ctx, topo)
 		if err != nil && !errors.Is(err, cluster.ErrNotFound) {
 			n.t.Fatal(err)
 		}
-		if g.Number > after {
+		var has []string
+		for _, m := range g.Assignment {
+			if !slices.Contains(has, m) {
+				has = append(has, m)
+			}
+		}
+		slices.Sort(has)
+		if g.Number > after && slices.Equal(has, want) {
 			return g.Number
 		}
 		spec, _, err := n.reg.Get(ctx, topo)
 		if err == nil && spec.State == cluster.StateFinished {
-			n.t.Fatalf("the topology finished in generation %d, before the fault changed it; the test proves nothing", g.Number)
+			n.t.Fatalf("the topology finished in generation %d on %v, before a plan on %v; the test proves nothing", g.Number, has, want)
 		}
 		if time.Now().After(deadline) {
-			n.t.Fatalf("the generation is still %d 20 s after the fault", g.Number)
+			n.t.Fatalf("generation %d runs on %v 20 s after the fault, want a plan on %v", g.Number, has, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -203,36 +239,49 @@ func TestClusterShapesAcrossGenerations(t *testing.T) {
 			nd := startNodes(t, name, func(map[string]string) (*topology.Topology, error) {
 				return shapesTopology(t, name, n, k, tl, failed, &mu), nil
 			})
-			var net3 cutter
+			nets := map[string]*cutter{}
 			nd.configure = func(c *workers.Config) {
 				c.Chaos = chaos.Config{Drop: 0.02, Dup: 0.01, Reorder: 0.05, Fail: 0.002, Seed: 31}
 				c.MaxAttempts = 0 // the oracle needs every record
 			}
-			resent := nd.watchResent(name)
-			nd.start("n1")
-			nd.start("n2")
-			configure := nd.configure
-			nd.configure = func(c *workers.Config) {
-				configure(c)
-				c.NATSOptions = append(c.NATSOptions, nats.SetCustomDialer(&net3), nats.ReconnectWait(50*time.Millisecond))
+			start := func(member string) {
+				net := &cutter{}
+				nets[member] = net
+				configure := nd.configure
+				nd.configure = func(c *workers.Config) {
+					configure(c)
+					c.NATSOptions = append(c.NATSOptions, nats.SetCustomDialer(net), nats.ReconnectWait(50*time.Millisecond))
+				}
+				nd.start(member)
+				nd.configure = configure
 			}
-			nd.start("n3")
-			nd.configure = configure
+			resent := nd.watchResent(name)
+			for _, m := range []string{"n1", "n2", "n3"} {
+				start(m)
+			}
 			ctx := context.Background()
 			if err := nd.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: g, CheckpointEvery: 200 * time.Millisecond}); err != nil {
 				t.Fatal(err)
 			}
 			// Each fault must change the plan before the next comes.
-			gen := nd.awaitGeneration(name, 0)
+			gen := nd.awaitPlan(name, 0, "n1", "n2", "n3")
 			time.Sleep(500 * time.Millisecond)
 			nd.stop("n2")
-			gen = nd.awaitGeneration(name, gen)
-			nd.start("n4")
-			gen = nd.awaitGeneration(name, gen)
-			// n3 is cut off past its lease, then comes back.
-			net3.sever()
-			gen = nd.awaitGeneration(name, gen)
-			net3.heal()
+			gen = nd.awaitPlan(name, gen, "n1", "n3")
+			start("n4")
+			gen = nd.awaitPlan(name, gen, "n1", "n3", "n4")
+			// The leader, then another worker, is cut off past its lease
+			// and comes back.
+			leader := nd.leader(name)
+			rest := slices.DeleteFunc([]string{"n1", "n3", "n4"}, func(m string) bool { return m == leader })
+			nets[leader].sever()
+			gen = nd.awaitPlan(name, gen, rest...)
+			nets[leader].heal()
+			gen = nd.awaitPlan(name, gen, "n1", "n3", "n4")
+			other := rest[0]
+			nets[other].sever()
+			gen = nd.awaitPlan(name, gen, slices.DeleteFunc([]string{"n1", "n3", "n4"}, func(m string) bool { return m == other })...)
+			nets[other].heal()
 			healed := time.Now()
 			nd.await(2*time.Minute, func(s string) bool { return s == cluster.StateFinished })
 			took := time.Since(healed)
@@ -245,8 +294,8 @@ func TestClusterShapesAcrossGenerations(t *testing.T) {
 			// was out, 3 runs in 10 took 30 s more here: the cut-off worker
 			// held the new generation's start barrier while its checkpoint
 			// read waited out a request timeout.
-			t.Logf("%s: the faults were over in generation %d, the run finished in %d, %v after the cut-off worker came back; frames resent %d",
-				g, gen, last.Number, took.Round(time.Millisecond), resent())
+			t.Logf("%s: leader %s and then %s cut off; the faults were over in generation %d, the run finished in %d, %v after the last came back; frames resent %d",
+				g, leader, other, gen, last.Number, took.Round(time.Millisecond), resent())
 			if resent() == 0 {
 				t.Fatal("no frame was resent; the frame chaos proves nothing")
 			}
