@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,6 +28,9 @@ type ObjectStore struct {
 	js     jetstream.JetStream
 	obs    jetstream.ObjectStore
 	bucket string
+
+	mu     sync.Mutex
+	stream jetstream.Stream // the bucket's stream, once looked up
 }
 
 // BucketName is the bucket of topology's checkpoints in cluster mode,
@@ -100,6 +104,29 @@ func (s *ObjectStore) Bucket() string { return s.bucket }
 
 func (s *ObjectStore) where() string { return "bucket " + s.bucket }
 
+// The object store's layout in its stream, as nats.go writes it
+// (jetstream/object.go): chunks on a subject per object version (its
+// NUID), the metadata on a subject per name, the latest kept.
+func (s *ObjectStore) chunkSubject(nuid string) string { return "$O." + s.bucket + ".C." + nuid }
+func (s *ObjectStore) metaSubject(name string) string {
+	return "$O." + s.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+}
+func (s *ObjectStore) metaSubjects() string { return "$O." + s.bucket + ".M.>" }
+
+// bucketStream returns the bucket's stream, looked up on first use.
+func (s *ObjectStore) bucketStream(ctx context.Context) (jetstream.Stream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stream == nil {
+		st, err := s.js.Stream(ctx, "OBJ_"+s.bucket)
+		if err != nil {
+			return nil, err
+		}
+		s.stream = st
+	}
+	return s.stream, nil
+}
+
 // Put stores data under name. It writes the object in the object store's
 // own layout (chunks, then the metadata that makes them visible) with
 // synchronous publishes rather than nats.go's Put: that one starts a
@@ -128,7 +155,7 @@ func (s *ObjectStore) put(ctx context.Context, name string, data []byte) error {
 		return err
 	}
 	id := nuid.Next()
-	chunks := fmt.Sprintf("$O.%s.C.%s", s.bucket, id)
+	chunks := s.chunkSubject(id)
 	info := jetstream.ObjectInfo{
 		ObjectMeta: jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: chunkSize}},
 		Bucket:     s.bucket,
@@ -146,7 +173,7 @@ func (s *ObjectStore) put(ctx context.Context, name string, data []byte) error {
 		info.Chunks++
 	}
 	info.Digest = jetstream.GetObjectDigestValue(h)
-	meta := nats.NewMsg(fmt.Sprintf("$O.%s.M.%s", s.bucket, base64.URLEncoding.EncodeToString([]byte(name))))
+	meta := nats.NewMsg(s.metaSubject(name))
 	meta.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	if meta.Data, err = json.Marshal(info); err != nil {
 		s.purge(chunks)
@@ -157,7 +184,7 @@ func (s *ObjectStore) put(ctx context.Context, name string, data []byte) error {
 		return err
 	}
 	if old != nil && !old.Deleted {
-		s.purge(fmt.Sprintf("$O.%s.C.%s", s.bucket, old.NUID))
+		s.purge(s.chunkSubject(old.NUID))
 	}
 	return nil
 }
@@ -167,7 +194,7 @@ func (s *ObjectStore) put(ctx context.Context, name string, data []byte) error {
 func (s *ObjectStore) purge(subject string) {
 	ctx, cancel := context.WithTimeout(context.Background(), purgeTimeout)
 	defer cancel()
-	if st, err := s.js.Stream(ctx, "OBJ_"+s.bucket); err == nil {
+	if st, err := s.bucketStream(ctx); err == nil {
 		_ = st.Purge(ctx, jetstream.WithPurgeSubject(subject))
 	}
 }
@@ -201,11 +228,11 @@ func (s *ObjectStore) Get(ctx context.Context, name string) ([]byte, error) {
 	}
 	data := make([]byte, 0, info.Size)
 	if info.Size > 0 {
-		st, err := s.js.Stream(ctx, "OBJ_"+s.bucket)
+		st, err := s.bucketStream(ctx)
 		if err != nil {
 			return nil, cannot(err)
 		}
-		subject := "$O." + s.bucket + ".C." + info.NUID
+		subject := s.chunkSubject(info.NUID)
 		seq := uint64(1)
 		for n := range info.Chunks {
 			m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
@@ -250,17 +277,13 @@ func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error)
 	cannot := func(err error) error {
 		return fmt.Errorf("checkpoint: cannot list %s: %w; check the NATS connection and retry", s.where(), err)
 	}
-	st, err := s.js.Stream(ctx, "OBJ_"+s.bucket)
+	st, err := s.bucketStream(ctx)
 	if err != nil {
 		return nil, cannot(err)
 	}
-	if st.CachedInfo().State.Msgs == 0 {
-		return nil, nil
-	}
 	var names []string
-	metas := "$O." + s.bucket + ".M.>"
 	for seq := uint64(1); ; {
-		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(metas))
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(s.metaSubjects()))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
