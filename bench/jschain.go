@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/ackflow/ackflow/examples/wordcount"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ackflow/ackflow/examples/wordcount"
+	"github.com/ackflow/ackflow/sinks"
 )
 
 // ChainConfig tunes a JetStreamChain run. The zero value is what a careful
@@ -282,7 +284,7 @@ func JetStreamChain(ctx context.Context, url string, lines []string, cfg ChainCo
 	inputSubject := linesStream.Subjects[0]
 	for i, line := range lines {
 		msg := &nats.Msg{Subject: inputSubject, Data: []byte(line)}
-		if err := publishAsync(ctx, inputJS, msg, jetstream.WithMsgID(strconv.Itoa(i))); err != nil {
+		if _, err := sinks.PublishAsync(ctx, inputJS, msg, jetstream.WithMsgID(strconv.Itoa(i))); err != nil {
 			if ctx.Err() != nil {
 				return ChainResult{}, stopped()
 			}
@@ -367,7 +369,7 @@ func (s *chainSplit) handle(ctx context.Context, batch []jetstream.Msg) (bool, e
 		prefix := strconv.FormatUint(seq, 10) + "-"
 		for k, w := range wordcount.SplitWords(string(m.Data())) {
 			msg := &nats.Msg{Subject: s.subject, Data: []byte(w)}
-			if err := publishAsync(ctx, s.js, msg, jetstream.WithMsgID(prefix+strconv.Itoa(k))); err != nil {
+			if _, err := sinks.PublishAsync(ctx, s.js, msg, jetstream.WithMsgID(prefix+strconv.Itoa(k))); err != nil {
 				return false, fmt.Errorf("publishing word %d of line %d: %w", k, seq, err)
 			}
 		}
@@ -503,22 +505,6 @@ func consumerState(cons jetstream.Consumer) string {
 	}
 	return fmt.Sprintf("consumer %s: %d undelivered, %d unacked, %d redelivered, %d pull requests waiting",
 		info.Name, info.NumPending, info.NumAckPending, info.NumRedelivered, info.NumWaiting)
-}
-
-// publishAsync publishes msg asynchronously, waiting while js already has
-// its maximum of unacknowledged publishes. The client gives up such a wait
-// after 200 ms with ErrTooManyStalledMsgs; a slow disk is no reason to fail
-// the run, so the wait is repeated until ctx is done.
-func publishAsync(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, opts ...jetstream.PublishOpt) error {
-	for {
-		_, err := js.PublishMsgAsync(msg, opts...)
-		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-	}
 }
 
 // firstError keeps the first error reported by callbacks on other

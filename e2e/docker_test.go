@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -25,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ackflow/ackflow/examples/wordcount"
+	"github.com/ackflow/ackflow/sinks"
 )
 
 // The docker fault suite: the images of deploy/ (built here from this
@@ -448,23 +448,15 @@ func feedWithGo(t *testing.T, ctx context.Context, js jetstream.JetStream, c *do
 	waitMessages(t, js, c.in, c.lines)
 }
 
-// publishAsync publishes msg asynchronously, waiting while the client has
-// its maximum of unacknowledged publishes: the client gives up such a wait
-// after 200 ms (ErrTooManyStalledMsgs), which a three-node cluster
-// recovering from the previous case's fault can exceed.
+// publishAsync publishes msg asynchronously, waiting while the client is
+// stalled (sinks.PublishAsync), which a three-node cluster recovering from
+// the previous case's fault can make it for long.
 func publishAsync(t *testing.T, ctx context.Context, js jetstream.JetStream, msg *nats.Msg) jetstream.PubAckFuture {
-	for {
-		f, err := js.PublishMsgAsync(msg)
-		if err == nil {
-			return f
-		}
-		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			fatalf(t, "publishing input to %s: %v", msg.Subject, err)
-		}
-		if ctx.Err() != nil {
-			fatalf(t, "publishing input to %s: the client stayed stalled until the case's time ran out: %v", msg.Subject, err)
-		}
+	f, err := sinks.PublishAsync(ctx, js, msg)
+	if err != nil {
+		fatalf(t, "publishing input to %s: %v", msg.Subject, err)
 	}
+	return f
 }
 
 func waitMessages(t *testing.T, js jetstream.JetStream, stream string, n int) {

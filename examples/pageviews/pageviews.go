@@ -37,6 +37,7 @@ import (
 	"github.com/ackflow/ackflow/sinks"
 	"github.com/ackflow/ackflow/sources"
 	"github.com/ackflow/ackflow/topology"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -300,18 +301,11 @@ func CreateStreams(ctx context.Context, js jetstream.JetStream) error {
 // marker is the last message and no event is missing before it.
 func Publish(ctx context.Context, js jetstream.JetStream, events []Event) error {
 	publish := func(i int, e Event) (jetstream.PubAckFuture, error) {
-		for {
-			f, err := js.PublishAsync(EventsSubject, fmt.Appendf(nil, "%s %d", e.URL, e.Time))
-			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-				if err != nil {
-					err = fmt.Errorf("pageviews: publishing event %d: %w", i, err)
-				}
-				return f, err
-			}
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("pageviews: publishing event %d: %w", i, ctx.Err())
-			}
+		f, err := sinks.PublishAsync(ctx, js, &nats.Msg{Subject: EventsSubject, Data: fmt.Appendf(nil, "%s %d", e.URL, e.Time)})
+		if err != nil {
+			err = fmt.Errorf("pageviews: publishing event %d: %w", i, err)
 		}
+		return f, err
 	}
 	wait := func(futures []jetstream.PubAckFuture, first int) error {
 		select {
