@@ -124,6 +124,9 @@ type testCluster struct {
 	// natsOpts are how the test itself connects (the processes read the
 	// same credentials from the environment).
 	natsOpts []nats.Option
+	// moreLogs, if set, adds the logs of processes the test did not start
+	// itself (the docker suite's containers) to a failure message.
+	moreLogs func() string
 }
 
 func freePort(t *testing.T) int {
@@ -215,6 +218,9 @@ func (c *testCluster) logs() string {
 			lines = lines[len(lines)-15:]
 		}
 		fmt.Fprintf(&b, "--- %s\n%s\n", filepath.Base(n), strings.Join(lines, "\n"))
+	}
+	if c.moreLogs != nil {
+		b.WriteString(c.moreLogs())
 	}
 	return b.String()
 }

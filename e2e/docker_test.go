@@ -82,11 +82,7 @@ func (d *dockerSuite) demo(t *testing.T) {
 	for _, svc := range []string{"streams", "submit"} {
 		id := d.container(svc)
 		if code := strings.TrimSpace(d.docker("wait", id)); code != "0" {
-			var workers strings.Builder
-			for _, w := range []string{"w1", "w2", "w3"} {
-				fmt.Fprintf(&workers, "\nlast lines of %s:\n%s", w, d.docker("logs", "--tail", "30", d.container(w)))
-			}
-			fatalf(t, "the %s service exited with %s:\n%s%s", svc, code, d.docker("logs", id), workers.String())
+			fatalf(t, "the %s service exited with %s:\n%s%s", svc, code, d.docker("logs", id), d.workerLogs())
 		}
 	}
 	d.c.await("the word count finishes", 4*time.Minute, func(s *clusterStatus) bool { return s.Topology.State == "finished" })
@@ -207,8 +203,32 @@ func startDocker(t *testing.T) *dockerSuite {
 	d.compose(3*time.Minute, "up", "-d", "nats1", "nats2", "nats3", "w1", "w2", "w3")
 	d.healthy()
 	t.Logf("compose project %s up and healthy in %v", d.project, time.Since(started).Round(time.Second))
-	d.c = &testCluster{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", d.port), dir: d.dir}
+	d.c = &testCluster{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", d.port), dir: d.dir, moreLogs: d.workerLogs}
 	return d
+}
+
+// workerLogs returns the last lines of each worker container's log, for a
+// failure message: a submit that gives up or a status that never comes
+// says why only there. It never fails the test itself, so that it cannot
+// hide the failure it is called for.
+func (d *dockerSuite) workerLogs() string {
+	var b strings.Builder
+	for _, w := range []string{"w1", "w2", "w3"} {
+		args := []string{"-p", d.project}
+		for _, f := range d.files {
+			args = append(args, "-f", f)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, "docker-compose", append(args, "logs", "--no-color", "--tail", "40", w)...)
+		cmd.Env = append(os.Environ(), d.env()...)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			fmt.Fprintf(&b, "\n--- %s: docker-compose logs: %v\n", w, err)
+		}
+		fmt.Fprintf(&b, "\n--- %s (last lines)\n%s", w, out)
+	}
+	return b.String()
 }
 
 func (d *dockerSuite) env() []string {
