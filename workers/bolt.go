@@ -98,7 +98,9 @@ func (b *boltExec) run(ctx context.Context) {
 		defer t.Stop()
 		tick = t.C
 	}
+	defer b.publish()
 	for {
+		b.publish()
 		select {
 		case <-ctx.Done():
 			return
@@ -213,7 +215,10 @@ func (b *boltExec) process(f *wire.Frame) {
 		}
 		t := &b.tuples[0]
 		b.tuples = b.tuples[1:]
-		*t = topology.Tuple{ID: rec.ID, Component: src.name, Stream: rec.Stream, Task: int(rec.SrcTask), Values: rec.Values, Schema: schema}
+		// Field by field into the zeroed slab: a composite literal is built
+		// on the stack and copied, and the copy's 16-byte loads of 8-byte
+		// stores stalled on store forwarding (6% of word count's CPU).
+		t.ID, t.Component, t.Stream, t.Task, t.Values, t.Schema = rec.ID, src.name, rec.Stream, int(rec.SrcTask), rec.Values, schema
 		if b.track {
 			t.Tracking().Anchors = rec.Anchors
 		}
@@ -335,7 +340,7 @@ func (b *boltExec) reemit(t *topology.Tuple) {
 		rec := o.Rec
 		rec.Epoch = b.w.incarnation
 		rec.Anchors = b.anchorChild(b.one[:])
-		b.out.addRecord(int(o.Dst), rec, recordOverhead+anchorBytes*len(rec.Anchors)+wireSize(rec.Values))
+		b.out.addRecord(int(o.Dst), &rec, recordOverhead+anchorBytes*len(rec.Anchors)+wireSize(rec.Values))
 	}
 	b.one[0] = nil
 	b.cnt.reemitted.Add(int64(len(outs)))
@@ -416,7 +421,7 @@ func (b *boltExec) subscribed(rec *wire.Record) *topology.Schema {
 }
 
 func (b *boltExec) execute(t *topology.Tuple) {
-	b.cnt.executed.Add(1)
+	b.tally.executed++
 	b.cur = t
 	defer func() {
 		b.cur = nil
@@ -492,8 +497,9 @@ func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topolog
 	default:
 		id = b.edge()
 	}
-	b.cnt.emitted.Add(1)
-	rec := wire.Record{ID: id, Stream: stream, SrcTask: int32(b.info.id), Epoch: b.w.incarnation, Values: values}
+	b.tally.emitted++
+	var rec wire.Record // field by field, not a literal (see appendRecord)
+	rec.ID, rec.Stream, rec.SrcTask, rec.Epoch, rec.Values = id, stream, int32(b.info.id), b.w.incarnation, values
 	if direct < 0 {
 		b.dsts = targets(b.dsts[:0], so, id, values, b.w.slot)
 	}
@@ -507,7 +513,7 @@ func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topolog
 		if b.track {
 			rec.Anchors = b.anchorChild(anchors)
 		}
-		b.out.addRecord(d, rec, size+anchorBytes*len(rec.Anchors))
+		b.out.addRecord(d, &rec, size+anchorBytes*len(rec.Anchors))
 	}
 	if logging {
 		b.log.Append(anchors[0].ID, b.treesOf(anchors[0]), b.logged, memSize(size, len(values))*len(b.logged), b.now)
@@ -609,7 +615,7 @@ func (b *boltExec) Ack(in *topology.Tuple) {
 		return
 	}
 	tr.Done = true
-	b.cnt.acked.Add(1)
+	b.tally.acked++
 	holder := int32(-1)
 	switch {
 	case b.log == nil || len(tr.Anchors) == 0:
@@ -672,6 +678,7 @@ func (b *boltExec) ResetTimeout(in *topology.Tuple) {
 }
 
 func (b *boltExec) stop(graceful bool) {
+	defer b.publish() // what Cleanup emits
 	if !graceful {
 		return
 	}

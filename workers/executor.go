@@ -26,6 +26,30 @@ type base struct {
 	ff        *frameFilter
 	track     bool // at-least-once: anchors and acker messages
 	lastCheck time.Time
+	tally     tally
+}
+
+// tally is what a task counted since it last published to its counters.
+// The per-record figures are added up here and published once per round
+// of the task's loop (publish): an atomic add per record cost a locked
+// instruction each, which also waits for every store before it to reach
+// the cache (2% of word count's CPU for executed alone).
+type tally struct{ emitted, executed, acked int64 }
+
+// publish adds the tally to the task's counters, which the summary,
+// progress, status reports and metrics read.
+func (b *base) publish() {
+	t := &b.tally
+	if t.emitted != 0 {
+		b.cnt.emitted.Add(t.emitted)
+	}
+	if t.executed != 0 {
+		b.cnt.executed.Add(t.executed)
+	}
+	if t.acked != 0 {
+		b.cnt.acked.Add(t.acked)
+	}
+	*t = tally{}
 }
 
 func newBase(ctx context.Context, t *task) base {

@@ -82,11 +82,11 @@ func (o *outbox) mark(dst int) {
 
 // addRecord queues rec for dst; size is its bytes in a frame. A record that
 // would push the batch past the frame's byte bound goes into the next frame.
-func (o *outbox) addRecord(dst int, rec wire.Record, size int) {
+func (o *outbox) addRecord(dst int, rec *wire.Record, size int) {
 	if len(o.recs[dst]) > 0 && o.recBytes[dst]+size > o.batchBytes {
 		o.flushRecords(dst)
 	}
-	o.recs[dst] = append(o.recs[dst], rec)
+	o.recs[dst] = appendRecord(o.recs[dst], rec)
 	o.recBytes[dst] += size
 	o.mark(dst)
 	if len(o.recs[dst]) >= o.size || o.recBytes[dst] >= o.batchBytes {
@@ -107,11 +107,26 @@ func (o *outbox) addAck(dst int, m wire.AckMsg) {
 			return
 		}
 	}
-	o.acks[dst] = append(o.acks[dst], m)
+	o.acks[dst] = append(o.acks[dst], wire.AckMsg{})
+	last := &o.acks[dst][len(o.acks[dst])-1]
+	last.Type, last.Tree, last.Val, last.Task, last.Err = m.Type, m.Tree, m.Val, m.Task, m.Err // see appendRecord
 	o.mark(dst)
 	if len(o.acks[dst]) >= 4*o.size {
 		o.flushAcks(dst)
 	}
+}
+
+// appendRecord appends a copy of rec to recs. It copies field by field into
+// a zeroed slot: `append(recs, *rec)` copies through 16-byte loads of what
+// the caller has just written with 8-byte stores, which the CPU cannot
+// forward from its store buffer, so each copy waited for the stores before
+// it to reach the cache (about 2% of word count's CPU, with the same
+// pattern in the tuples and the ACKs).
+func appendRecord(recs []wire.Record, rec *wire.Record) []wire.Record {
+	recs = append(recs, wire.Record{})
+	r := &recs[len(recs)-1]
+	r.ID, r.Stream, r.SrcTask, r.Epoch, r.Anchors, r.Values = rec.ID, rec.Stream, rec.SrcTask, rec.Epoch, rec.Anchors, rec.Values
+	return recs
 }
 
 func (o *outbox) addNotice(dst int, n wire.Notice) {

@@ -104,7 +104,9 @@ func (s *spoutExec) run(ctx context.Context) {
 	defer tick.Stop()
 	s.lastScan = time.Now()
 	idle := 0
+	defer s.publish()
 	for {
+		s.publish()
 		s.ctrl.drain(s.onCtrl)
 		s.drainSys()
 		s.deliver()
@@ -309,7 +311,7 @@ func (s *spoutExec) complete(p *pendingRoot, now time.Time) {
 	if p.heapIdx >= 0 {
 		heap.Remove(&s.delayed, p.heapIdx)
 	}
-	s.cnt.acked.Add(1)
+	s.tally.acked++
 	s.acks = append(s.acks, p.id)
 	s.recovered(p, now)
 }
@@ -495,20 +497,21 @@ func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.V
 		}
 		return err
 	}
-	rec := wire.Record{Stream: stream, SrcTask: int32(s.info.id), Epoch: s.w.incarnation, Values: values}
+	var rec wire.Record // field by field, not a literal (see appendRecord)
+	rec.Stream, rec.SrcTask, rec.Epoch, rec.Values = stream, int32(s.info.id), s.w.incarnation, values
 	if p != nil {
 		rec.ID = p.recordID
 	} else {
 		rec.ID = topology.RootID(s.info.name, stream, id)
 		s.emitted++
-		s.cnt.emitted.Add(1)
+		s.tally.emitted++
 	}
 	if direct < 0 {
 		s.dsts = targets(s.dsts[:0], so, rec.ID, values, s.w.slot)
 	}
 	if !tracked || !s.track {
 		for _, d := range s.dsts {
-			s.out.addRecord(d, rec, size)
+			s.out.addRecord(d, &rec, size)
 		}
 		if tracked {
 			s.acks = append(s.acks, id) // at-most-once: acked as soon as sent, as in Storm
@@ -525,7 +528,7 @@ func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.V
 		e := s.edge()
 		xor ^= e
 		rec.Anchors = []wire.Anchor{{Tree: tree, Val: e}}
-		s.out.addRecord(d, rec, size+anchorBytes)
+		s.out.addRecord(d, &rec, size+anchorBytes)
 	}
 	s.out.addAck(s.r.plan.ackerFor(tree), wire.AckMsg{Type: wire.AckInit, Tree: tree, Val: xor, Task: int32(s.info.id)})
 	if p == nil {
@@ -563,6 +566,7 @@ func (s *spoutExec) EmitDirect(task int, stream string, id topology.MsgID, value
 }
 
 func (s *spoutExec) stop(graceful bool) {
+	defer s.publish() // what Cleanup emits
 	if !graceful {
 		return
 	}

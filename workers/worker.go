@@ -266,8 +266,12 @@ const frameHeadroom = 4 << 10
 // heard from again.
 func (w *Worker) fence(f *wire.Frame) {
 	r := w.r
-	keep := f.Records[:0]
-	for _, rec := range f.Records {
+	// By index, moving a record only once one before it was dropped:
+	// copying each record out and back cost a store-forwarding stall per
+	// record (see appendRecord).
+	n := 0
+	for i := range f.Records {
+		rec := &f.Records[i]
 		src := int(rec.SrcTask)
 		if src < 0 || src >= len(r.plan.tasks) || r.plan.tasks[src].comp == nil {
 			r.tc.badFrames.Add(1)
@@ -279,9 +283,12 @@ func (w *Worker) fence(f *wire.Frame) {
 			r.tc.doneRecords.Add(1)
 			continue
 		}
-		keep = append(keep, rec)
+		if n != i {
+			f.Records[n] = *rec
+		}
+		n++
 	}
-	f.Records = keep
+	f.Records = f.Records[:n]
 }
 
 // onControl handles the topology's control subject: "bp <slot>",
