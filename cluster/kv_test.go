@@ -38,14 +38,28 @@ func TestKVBucketsAreCreatedThenReused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Creates and updates go to the JetStream meta leader, which a NATS
+	// cluster re-elects when a server restarts; while it has none such a
+	// request gets no answer. Binding to a bucket that is already right
+	// must therefore send none.
+	writes := natstest.MetaRequests(t, js)
 	open(fast)
+	if n := writes(); n != 4 {
+		t.Errorf("creating the buckets sent %d create or update requests, want 4", n)
+	}
 	open(fast) // a second worker binds to the same buckets
+	if n := writes(); n != 0 {
+		t.Errorf("binding to buckets that exist sent %d create or update requests, want none", n)
+	}
 	checkBucket(t, js, cluster.MembersBucket, time.Second, time.Second)
 	checkBucket(t, js, cluster.LeadersBucket, time.Second, time.Second)
 	checkBucket(t, js, cluster.TopologiesBucket, 0, 0)
 	checkBucket(t, js, cluster.GenerationsBucket, 0, 0)
 	// A cluster restarted with other timing updates the TTLs.
 	open(cluster.MembersConfig{HeartbeatEvery: time.Second, DeadAfter: 5 * time.Second})
+	if n := writes(); n != 2 {
+		t.Errorf("new timing sent %d create or update requests, want 2 (the two buckets with a TTL)", n)
+	}
 	checkBucket(t, js, cluster.MembersBucket, 5*time.Second, 5*time.Second)
 	checkBucket(t, js, cluster.LeadersBucket, 5*time.Second, 5*time.Second)
 }
@@ -248,5 +262,64 @@ func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 			t.Fatalf("waited %v for %s", timeout, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestKVListsWithoutAConsumer checks that listing a bucket asks only the
+// bucket's stream, never the JetStream meta leader, so that ackflow status
+// and list work while a NATS cluster re-elects it; and that a list holds
+// the live keys only.
+func TestKVListsWithoutAConsumer(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	js, stop := startJetStream(t)
+	defer stop()
+	ctx := context.Background()
+	reg, err := cluster.NewKVRegistry(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := cluster.NewKVStatuses(ctx, js, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"c", "a", "b", "gone"} {
+		if err := reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "at-least-once", State: cluster.StateRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := reg.Delete(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"w2", "w1"} {
+		if err := st.Put(ctx, cluster.Report{Topology: "c", Member: m, Data: []byte(m)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meta := natstest.MetaRequests(t, js)
+	specs, err := reg.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	if strings.Join(names, " ") != "a b c" {
+		t.Errorf("the registry lists %q, want the live submissions a b c", names)
+	}
+	reports, err := st.List(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != 2 || reports[0].Member != "w1" || string(reports[1].Data) != "w2" {
+		t.Errorf("reports %+v, want w1's and w2's", reports)
+	}
+	if n := meta(); n != 0 {
+		t.Errorf("listing sent %d requests that only the meta leader answers, want none", n)
+	}
+	// A report expires with its writer's heartbeats (TTL DeadAfter).
+	time.Sleep(fast.DeadAfter + 1500*time.Millisecond)
+	if reports, err = st.List(ctx, "c"); err != nil || len(reports) != 0 {
+		t.Errorf("after the TTL: %d reports (%v), want none", len(reports), err)
 	}
 }

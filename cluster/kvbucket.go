@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,6 +15,7 @@ import (
 // kvBucket is a bucket in JetStream KV.
 type kvBucket struct {
 	kv jetstream.KeyValue
+	js jetstream.JetStream
 }
 
 // Bucket names. They are fixed so that every worker of a cluster finds the
@@ -38,6 +42,14 @@ func Replicas(n int) Option { return func(o *options) { o.replicas = n } }
 // it if its configuration differs (a new TTL, when the cluster's timing
 // changed). An update keeps the bucket's replicas, which an operator may
 // have raised.
+//
+// It binds first and writes only when it must: binding reads the stream's
+// info, which the stream's own leader (or any replica while it has none)
+// answers, while a create or update goes to the JetStream meta leader. A
+// meta leader is re-elected when a server of a NATS cluster restarts, and
+// a request sent meanwhile gets no answer at all, so every worker start,
+// `ackflow status` or `list` in those seconds waited out its whole
+// timeout when opening a bucket that was there all along.
 func openKVBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, opts []Option) (*kvBucket, error) {
 	if js == nil {
 		return nil, fmt.Errorf("cluster: no JetStream context for bucket %s; pass one made with jetstream.New on a NATS connection", cfg.Bucket)
@@ -48,14 +60,36 @@ func openKVBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	}
 	cfg.Storage = jetstream.FileStorage // survives a restart of the server
 	cfg.Replicas = o.replicas
-	kv, err := js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = updateKVBucket(ctx, js, cfg)
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	switch {
+	case err == nil:
+		var st jetstream.KeyValueStatus
+		if st, err = kv.Status(ctx); err == nil && !sameBucket(st, cfg) {
+			kv, err = updateKVBucket(ctx, js, cfg)
+		}
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = updateKVBucket(ctx, js, cfg) // another worker made it meanwhile
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cluster: cannot create or update KV bucket %s: %w; check that the NATS server runs JetStream (v2.11 or newer, for TTL markers) and that the account may create streams", cfg.Bucket, err)
 	}
-	return &kvBucket{kv: kv}, nil
+	return &kvBucket{kv: kv, js: js}, nil
+}
+
+// sameBucket reports whether an existing bucket already has what cfg asks
+// for, the settings openKVBucket's callers choose: its TTL, limit markers,
+// description and storage, and its replicas when cfg names them.
+func sameBucket(st jetstream.KeyValueStatus, cfg jetstream.KeyValueConfig) bool {
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return false
+	}
+	sc := bs.StreamInfo().Config
+	return sc.MaxAge == cfg.TTL && sc.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL && sc.Description == cfg.Description &&
+		sc.Storage == cfg.Storage && (cfg.Replicas == 0 || sc.Replicas == cfg.Replicas)
 }
 
 func updateKVBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
@@ -128,28 +162,38 @@ func (b *kvBucket) delete(ctx context.Context, key string, rev uint64) error {
 	return err
 }
 
-// list reads the initial entries of a watch: KV has no call that returns
-// keys with their values in one go.
+// list reads every live key with its latest value, in the order of their
+// revisions. It asks the bucket's stream for its subjects and gets each
+// key's latest entry, instead of reading a watch's initial entries: a
+// watch is a consumer, which the JetStream meta leader creates, and while
+// a NATS cluster re-elects its meta leader (a server restarted) the
+// request gets no answer, so `ackflow status` and `list` waited out their
+// timeout. A stream's info and a key's get are answered by the stream's
+// own servers.
 func (b *kvBucket) list(ctx context.Context) ([]entry, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	events, err := b.watch(ctx, "")
+	stream, err := b.js.Stream(ctx, "KV_"+b.kv.Bucket())
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + b.kv.Bucket() + "."
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
 	if err != nil {
 		return nil, err
 	}
 	var entries []entry
-	for ev := range events {
-		if ev.initDone {
-			return entries, nil
-		}
-		if !ev.deleted {
-			entries = append(entries, ev.entry)
+	for subject := range info.State.Subjects {
+		e, err := b.get(ctx, strings.TrimPrefix(subject, prefix))
+		switch {
+		case errors.Is(err, errNoKey):
+			// Deleted or expired: the subject keeps its marker.
+		case err != nil:
+			return nil, err
+		default:
+			entries = append(entries, e)
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return nil, errors.New("the watch ended before it sent every key; check the NATS connection")
+	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.rev, b.rev) })
+	return entries, nil
 }
 
 func (b *kvBucket) watch(ctx context.Context, key string) (<-chan event, error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -31,17 +32,31 @@ func NewJetStream(ctx context.Context, js jetstream.JetStream, topology string) 
 	if err != nil {
 		return nil, err
 	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:        stream,
 		Description: "ackflow dead letters of topology " + topology,
 		Subjects:    []string{subject},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
-	})
+	}
+	// Bind first, write only when needed: every worker opens the stream
+	// each time it joins a generation, and while a NATS cluster re-elects
+	// its JetStream meta leader (a server restarted) a create or update
+	// gets no answer until its timeout, where reading the stream's info,
+	// which the stream's leader answers, does.
+	s, err := js.Stream(ctx, stream)
+	if err == nil && !sameStream(s.CachedInfo().Config, cfg) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateOrUpdateStream(ctx, cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("deadletter: cannot create or update stream %s: %w; check that the NATS server has JetStream enabled and that the account may create streams", stream, err)
 	}
 	return &JetStream{js: js, stream: stream, subject: subject}, nil
+}
+
+// sameStream reports whether an existing stream has what cfg sets.
+func sameStream(have, cfg jetstream.StreamConfig) bool {
+	return have.Description == cfg.Description && slices.Equal(have.Subjects, cfg.Subjects) && have.Storage == cfg.Storage && have.Retention == cfg.Retention
 }
 
 // names are the stream and subject of topology's dead letters. The topology

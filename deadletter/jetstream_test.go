@@ -9,6 +9,7 @@ import (
 
 	"github.com/ackflow/ackflow/deadletter"
 	"github.com/ackflow/ackflow/deadletter/sinktest"
+	"github.com/ackflow/ackflow/embednats/natstest"
 )
 
 func TestJetStreamNames(t *testing.T) {
@@ -29,12 +30,19 @@ func TestJetStreamNames(t *testing.T) {
 	if cfg.Storage != jetstream.FileStorage || cfg.Retention != jetstream.LimitsPolicy || len(cfg.Subjects) != 1 || cfg.Subjects[0] != s.Subject() {
 		t.Fatalf("stream config %+v, want file storage, limits retention, subject %s", cfg, s.Subject())
 	}
-	// A second run of the topology reuses the stream.
+	// A second run of the topology reuses the stream, without a create or
+	// update: every worker opens it on each generation it joins, and
+	// those requests get no answer while a NATS cluster re-elects its
+	// JetStream meta leader.
+	writes := natstest.MetaRequests(t, js)
 	again, err := deadletter.NewJetStream(t.Context(), js, "wordcount")
 	if err != nil {
 		t.Fatalf("opening the stream again: %v", err)
 	}
 	again.Close()
+	if n := writes(); n != 0 {
+		t.Errorf("opening the stream again sent %d create or update requests, want none", n)
+	}
 }
 
 func TestJetStreamRefusesANameNATSCannotUse(t *testing.T) {
