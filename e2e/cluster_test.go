@@ -180,12 +180,28 @@ func (c *testCluster) cli(args ...string) string {
 	return stdout
 }
 
+// status reads ackflow status --json. A NATS server of the docker suite's
+// cluster restarts on purpose, and a request that reached it, or a stream
+// leader on it, just before it went down gets no answer until the CLI's
+// timeout; so status tries again twice, saying so, before it fails the
+// test. What is checked is the output, never how often status answers.
 func (c *testCluster) status() *clusterStatus {
 	c.t.Helper()
+	args := []string{"status", "wordcount", "--json", "--nats", c.url}
+	var stdout, stderr string
+	var err error
+	for try := 1; ; try++ {
+		if stdout, stderr, err = ackflow(c.t, 2*time.Minute, args...); err == nil || try == 3 {
+			break
+		}
+		c.t.Logf("ackflow status failed (try %d of 3): %v: %s", try, err, strings.TrimSpace(stderr))
+	}
+	if err != nil {
+		fatalf(c.t, "ackflow status wordcount --json: %v\n%s\n%s\n%s", err, stdout, stderr, c.logs())
+	}
 	var st clusterStatus
-	out := c.cli("status", "wordcount", "--json")
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		fatalf(c.t, "status --json: %v\n%s", err, out)
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil {
+		fatalf(c.t, "status --json: %v\n%s", err, stdout)
 	}
 	return &st
 }
