@@ -113,51 +113,6 @@ func (s *ObjectStore) metaSubject(name string) string {
 }
 func (s *ObjectStore) metaSubjects() string { return "$O." + s.bucket + ".M.>" }
 
-// nextMsg reads the first message at or after seq on subject (which may
-// end in ">") from the bucket's stream and returns its data and the
-// sequence after it. It asks the stream's leader through the JetStream
-// API, not with a direct get: the object store's streams allow direct
-// gets, which any replica answers, and a replica that lags may not have
-// the chunks of a checkpoint written a moment ago.
-func (s *ObjectStore) nextMsg(ctx context.Context, seq uint64, subject string) ([]byte, uint64, error) {
-	req, err := json.Marshal(struct {
-		Seq        uint64 `json:"seq"`
-		NextBySubj string `json:"next_by_subj"`
-	}{seq, subject})
-	if err != nil {
-		return nil, 0, err
-	}
-	msg, err := s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.OBJ_"+s.bucket, req)
-	if err != nil {
-		return nil, 0, err
-	}
-	var resp struct {
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Data []byte `json:"data"`
-		} `json:"message"`
-		Error *struct {
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, 0, fmt.Errorf("the stream's answer does not decode: %w", err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrCode == jsNoMessageFound:
-		return nil, 0, jetstream.ErrMsgNotFound
-	case resp.Error != nil:
-		return nil, 0, fmt.Errorf("%s (JetStream error %d)", resp.Error.Description, resp.Error.ErrCode)
-	case resp.Message == nil:
-		return nil, 0, errors.New("the stream answered without a message")
-	}
-	return resp.Message.Data, resp.Message.Seq + 1, nil
-}
-
-// jsNoMessageFound is JetStream's error code for "no message found".
-const jsNoMessageFound = 10037
-
 // bucketStream returns the bucket's stream, looked up on first use.
 func (s *ObjectStore) bucketStream(ctx context.Context) (jetstream.Stream, error) {
 	s.mu.Lock()
@@ -247,8 +202,8 @@ func (s *ObjectStore) purge(subject string) {
 // purgeTimeout bounds the removal of unreferenced chunks.
 const purgeTimeout = 5 * time.Second
 
-// Get reads the object's chunks from the bucket's stream one message
-// at a time (nextMsg) and checks them against the SHA-256 digest JetStream stored
+// Get reads the object's chunks from the bucket's stream one direct read
+// at a time and checks them against the SHA-256 digest JetStream stored
 // with the object. It does not use the client's Get, which streams the
 // chunks through an ordered consumer into a pipe: when setting up that
 // consumer fails, as over a connection that has just dropped, a chunk
@@ -273,15 +228,19 @@ func (s *ObjectStore) Get(ctx context.Context, name string) ([]byte, error) {
 	}
 	data := make([]byte, 0, info.Size)
 	if info.Size > 0 {
+		st, err := s.bucketStream(ctx)
+		if err != nil {
+			return nil, cannot(err)
+		}
 		subject := s.chunkSubject(info.NUID)
 		seq := uint64(1)
 		for n := range info.Chunks {
-			chunk, next, err := s.nextMsg(ctx, seq, subject)
+			m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 			if err != nil {
 				return nil, cannot(fmt.Errorf("chunk %d of %d: %w", n+1, info.Chunks, err))
 			}
-			data = append(data, chunk...)
-			seq = next
+			data = append(data, m.Data...)
+			seq = m.Sequence + 1
 		}
 	}
 	want, err := jetstream.DecodeObjectDigest(info.Digest)
@@ -307,8 +266,8 @@ func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error)
 	if err := CheckPrefix(prefix); err != nil {
 		return nil, err
 	}
-	// The objects' metadata are read from the bucket's stream one message
-	// at a time (nextMsg) (the stream keeps the latest per object). nats.go's
+	// The objects' metadata are read from the bucket's stream one direct
+	// read at a time (the stream keeps the latest per object). nats.go's
 	// List goes through a watcher instead, whose message handler blocks
 	// for good on a full channel when the listing is given up (ctx ended,
 	// or the connection dropped midway), and which waits for a marker that
@@ -318,20 +277,24 @@ func (s *ObjectStore) List(ctx context.Context, prefix string) ([]string, error)
 	cannot := func(err error) error {
 		return fmt.Errorf("checkpoint: cannot list %s: %w; check the NATS connection and retry", s.where(), err)
 	}
+	st, err := s.bucketStream(ctx)
+	if err != nil {
+		return nil, cannot(err)
+	}
 	var names []string
 	for seq := uint64(1); ; {
-		meta, next, err := s.nextMsg(ctx, seq, s.metaSubjects())
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(s.metaSubjects()))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if err != nil {
 			return nil, cannot(err)
 		}
+		seq = m.Sequence + 1
 		var info jetstream.ObjectInfo
-		if err := json.Unmarshal(meta, &info); err != nil {
-			return nil, cannot(fmt.Errorf("the metadata at sequence %d do not decode: %w", next-1, err))
+		if err := json.Unmarshal(m.Data, &info); err != nil {
+			return nil, cannot(fmt.Errorf("the metadata at sequence %d do not decode: %w", m.Sequence, err))
 		}
-		seq = next
 		if !info.Deleted && strings.HasPrefix(info.Name, prefix) && CheckName(info.Name) == nil {
 			names = append(names, info.Name)
 		}
