@@ -470,8 +470,12 @@ func startWorker(t *testing.T, topos cli.Topologies, name string, args []string)
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	go func() { w.done <- root.ExecuteContext(ctx) }()
-	// Normally SIGTERM stops it; a test that failed before stops it so.
+	// Normally SIGTERM stops it; a test that failed before stops it so,
+	// and shows what it logged.
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log of worker %s:\n%s", name, tail(w.out.String(), 60))
+		}
 		cancel()
 		if w.done != nil {
 			if err := <-w.done; err != nil {
@@ -646,4 +650,13 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
