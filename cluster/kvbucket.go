@@ -60,17 +60,24 @@ func openKVBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	}
 	cfg.Storage = jetstream.FileStorage // survives a restart of the server
 	cfg.Replicas = o.replicas
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	// The bind gets a short time of its own: a bucket another worker is
+	// creating this very moment may not answer it until its stream has a
+	// leader, and the create below is then the request that settles it.
+	bctx, cancel := context.WithTimeout(ctx, bindTimeout)
+	kv, err := js.KeyValue(bctx, cfg.Bucket)
+	var st jetstream.KeyValueStatus
+	if err == nil {
+		st, err = kv.Status(bctx)
+	}
+	cancel()
 	switch {
+	case err == nil && sameBucket(st, cfg):
 	case err == nil:
-		var st jetstream.KeyValueStatus
-		if st, err = kv.Status(ctx); err == nil && !sameBucket(st, cfg) {
-			kv, err = updateKVBucket(ctx, js, cfg)
-		}
-	case errors.Is(err, jetstream.ErrBucketNotFound):
+		kv, err = updateKVBucket(ctx, js, cfg)
+	default: // missing, or the bind was not answered
 		kv, err = js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = updateKVBucket(ctx, js, cfg) // another worker made it meanwhile
+			kv, err = updateKVBucket(ctx, js, cfg)
 		}
 	}
 	if err != nil {
@@ -78,6 +85,10 @@ func openKVBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	}
 	return &kvBucket{kv: kv, js: js}, nil
 }
+
+// bindTimeout bounds binding to an existing bucket before openKVBucket
+// falls back to creating it.
+const bindTimeout = 2 * time.Second
 
 // sameBucket reports whether an existing bucket already has what cfg asks
 // for, the settings openKVBucket's callers choose: its TTL, limit markers,

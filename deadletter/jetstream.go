@@ -44,8 +44,11 @@ func NewJetStream(ctx context.Context, js jetstream.JetStream, topology string) 
 	// its JetStream meta leader (a server restarted) a create or update
 	// gets no answer until its timeout, where reading the stream's info,
 	// which the stream's leader answers, does.
-	s, err := js.Stream(ctx, stream)
-	if err == nil && !sameStream(s.CachedInfo().Config, cfg) || errors.Is(err, jetstream.ErrStreamNotFound) {
+	// The bind gets a short time of its own, then the create settles it.
+	bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	s, err := js.Stream(bctx, stream)
+	cancel()
+	if err != nil || !sameStream(s.CachedInfo().Config, cfg) {
 		_, err = js.CreateOrUpdateStream(ctx, cfg)
 	}
 	if err != nil {
