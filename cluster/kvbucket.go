@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,6 +17,9 @@ import (
 type kvBucket struct {
 	kv jetstream.KeyValue
 	js jetstream.JetStream
+
+	mu     sync.Mutex
+	stream jetstream.Stream // the bucket's stream, looked up on the first list
 }
 
 // Bucket names. They are fixed so that every worker of a cluster finds the
@@ -182,7 +186,7 @@ func (b *kvBucket) delete(ctx context.Context, key string, rev uint64) error {
 // timeout. A stream's info and a key's get are answered by the stream's
 // own servers.
 func (b *kvBucket) list(ctx context.Context) ([]entry, error) {
-	stream, err := b.js.Stream(ctx, "KV_"+b.kv.Bucket())
+	stream, err := b.bucketStream(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +209,21 @@ func (b *kvBucket) list(ctx context.Context) ([]entry, error) {
 	}
 	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.rev, b.rev) })
 	return entries, nil
+}
+
+// bucketStream returns the bucket's stream, looked up once: each list
+// then asks for its subjects only.
+func (b *kvBucket) bucketStream(ctx context.Context) (jetstream.Stream, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stream == nil {
+		st, err := b.js.Stream(ctx, "KV_"+b.kv.Bucket())
+		if err != nil {
+			return nil, err
+		}
+		b.stream = st
+	}
+	return b.stream, nil
 }
 
 func (b *kvBucket) watch(ctx context.Context, key string) (<-chan event, error) {

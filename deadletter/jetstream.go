@@ -42,10 +42,11 @@ func NewJetStream(ctx context.Context, js jetstream.JetStream, topology string) 
 	// Bind first, write only when needed: every worker opens the stream
 	// each time it joins a generation, and while a NATS cluster re-elects
 	// its JetStream meta leader (a server restarted) a create or update
-	// gets no answer until its timeout, where reading the stream's info,
-	// which the stream's leader answers, does.
-	// The bind gets a short time of its own, then the create settles it.
-	bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	// gets no answer until its timeout, whereas the stream's info, which
+	// the stream's own leader answers, does. The bind gets bindTimeout of
+	// its own (a stream being created may have no leader yet), and then
+	// the create or update settles it.
+	bctx, cancel := context.WithTimeout(ctx, bindTimeout)
 	s, err := js.Stream(bctx, stream)
 	cancel()
 	if err != nil || !sameStream(s.CachedInfo().Config, cfg) {
@@ -56,6 +57,10 @@ func NewJetStream(ctx context.Context, js jetstream.JetStream, topology string) 
 	}
 	return &JetStream{js: js, stream: stream, subject: subject}, nil
 }
+
+// bindTimeout bounds binding to the stream before NewJetStream falls back
+// to creating or updating it.
+const bindTimeout = 2 * time.Second
 
 // sameStream reports whether an existing stream has what cfg sets.
 func sameStream(have, cfg jetstream.StreamConfig) bool {

@@ -214,12 +214,8 @@ func startDocker(t *testing.T) *dockerSuite {
 func (d *dockerSuite) workerLogs() string {
 	var b strings.Builder
 	for _, w := range []string{"w1", "w2", "w3"} {
-		args := []string{"-p", d.project}
-		for _, f := range d.files {
-			args = append(args, "-f", f)
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cmd := exec.CommandContext(ctx, "docker-compose", append(args, "logs", "--no-color", "--tail", "40", w)...)
+		cmd := exec.CommandContext(ctx, "docker-compose", d.composeArgs("logs", "--no-color", "--tail", "40", w)...)
 		cmd.Env = append(os.Environ(), d.env()...)
 		out, err := cmd.CombinedOutput()
 		cancel()
@@ -237,11 +233,16 @@ func (d *dockerSuite) env() []string {
 
 func (d *dockerSuite) compose(timeout time.Duration, args ...string) string {
 	d.t.Helper()
+	return run(d.t, timeout, d.env(), "docker-compose", d.composeArgs(args...)...)
+}
+
+// composeArgs are the arguments of docker-compose for this project.
+func (d *dockerSuite) composeArgs(args ...string) []string {
 	full := []string{"-p", d.project}
 	for _, f := range d.files {
 		full = append(full, "-f", f)
 	}
-	return run(d.t, timeout, d.env(), "docker-compose", append(full, args...)...)
+	return append(full, args...)
 }
 
 // container returns the ID of a service's container.
