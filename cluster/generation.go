@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,6 +34,34 @@ type Generation struct {
 	// Fingerprint is the shape of the topology the leader planned with;
 	// a worker whose build has another refuses to run the generation.
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Moves are the slots that changed hands while the generation ran,
+	// by the name of the member Assignment gives them to: that member
+	// died, every task of its slot was stateless, and the leader gave the
+	// slot to another member instead of rolling the topology back (Amend).
+	// Assignment, and so the slots' numbering, never changes within a
+	// generation.
+	Moves map[string]Move `json:"moves,omitempty"`
+}
+
+// Move is a slot of a generation run by another member than Assignment
+// says.
+type Move struct {
+	// To is the member that runs the slot now.
+	To string `json:"to"`
+	// Incarnation counts the slot's owners in this generation: the
+	// member of Assignment is 0, the first move 1. Frames carry it beside
+	// the generation number, so the tasks of an earlier owner are fenced.
+	Incarnation uint64 `json:"incarnation"`
+	// At is when the leader noticed the previous owner's death.
+	At time.Time `json:"at"`
+}
+
+// Owner returns the member that runs the slot Assignment gives to member.
+func (g Generation) Owner(member string) string {
+	if m, ok := g.Moves[member]; ok {
+		return m.To
+	}
+	return member
 }
 
 // Generations holds the current generation of each topology.
@@ -44,6 +74,10 @@ type Generations interface {
 	// g.Number must be the current Number+1 (1 for the first). ErrConflict
 	// if another writer won.
 	Next(ctx context.Context, g Generation, prevRev uint64) (uint64, error)
+	// Amend writes g over the current generation, of the same number, if
+	// it is still at prevRev: only g.Moves may differ. ErrConflict if
+	// another writer won.
+	Amend(ctx context.Context, g Generation, prevRev uint64) (uint64, error)
 	// Watch sends the current generation, if there is one, then every new
 	// one until ctx ends; then it closes the channel. It closes it earlier
 	// if the watch breaks: a receiver that sees it closed while ctx is live
@@ -128,6 +162,56 @@ func (s *generations) Next(ctx context.Context, g Generation, prevRev uint64) (u
 		return 0, fmt.Errorf("cluster: cannot write generation %d of topology %s in %s: %w; check the NATS connection, then read the current generation and retry", g.Number, g.Topology, s.b.where(), err)
 	}
 	return rev, nil
+}
+
+// Amend writes g over the topology's current generation, of the same
+// number, if it is still at prevRev: a move of slots within a running
+// generation (Generation.Moves). Only Moves may differ, and a slot's
+// incarnation may only grow. ErrConflict if another writer won.
+func (s *generations) Amend(ctx context.Context, g Generation, prevRev uint64) (uint64, error) {
+	if err := checkGeneration(g); err != nil {
+		return 0, err
+	}
+	prev, rev, err := s.Current(ctx, g.Topology)
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalidEntry) || err == nil && rev != prevRev {
+		return 0, s.conflict(g, prevRev)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := checkAmend(prev, g); err != nil {
+		return 0, err
+	}
+	value, err := json.Marshal(g)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: generation %d of topology %s cannot be encoded: %w", g.Number, g.Topology, err)
+	}
+	rev, err = s.b.update(ctx, g.Topology, value, prevRev)
+	if errors.Is(err, errKeyExists) || errors.Is(err, errRevMismatch) {
+		return 0, s.conflict(g, prevRev)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("cluster: cannot amend generation %d of topology %s in %s: %w; check the NATS connection, then read the current generation and retry", g.Number, g.Topology, s.b.where(), err)
+	}
+	return rev, nil
+}
+
+// checkAmend refuses an amendment that changes more than the moves of
+// prev's slots: a bug in the caller.
+func checkAmend(prev, g Generation) error {
+	switch {
+	case g.Number != prev.Number:
+		return fmt.Errorf("cluster: an amendment of generation %d of topology %s is numbered %d; a new number is a new generation (Next)", prev.Number, g.Topology, g.Number)
+	case !maps.Equal(g.Assignment, prev.Assignment) || !maps.Equal(g.Parallelism, prev.Parallelism) ||
+		g.RestoreFrom != prev.RestoreFrom || g.Fingerprint != prev.Fingerprint:
+		return fmt.Errorf("cluster: an amendment of generation %d of topology %s changes more than its moves; write a new generation instead", g.Number, g.Topology)
+	}
+	for from, m := range prev.Moves {
+		if g.Moves[from].Incarnation < m.Incarnation {
+			return fmt.Errorf("cluster: an amendment of generation %d of topology %s takes the slot of %s back from incarnation %d to %d", g.Number, g.Topology, from, m.Incarnation, g.Moves[from].Incarnation)
+		}
+	}
+	return nil
 }
 
 // checkNumber refuses a g that does not follow the generation at prevRev:
@@ -233,6 +317,17 @@ func checkGeneration(g Generation) error {
 	}
 	if err := checkParallelism(fmt.Sprintf("generation %d", g.Number), g.Topology, g.Parallelism); err != nil {
 		return err
+	}
+	for from, m := range g.Moves {
+		if !slices.Contains(slices.Collect(maps.Values(g.Assignment)), from) {
+			return fmt.Errorf("cluster: generation %d of topology %s moves the slot of %s, which has none", g.Number, g.Topology, from)
+		}
+		if err := checkName("member", m.To); err != nil {
+			return fmt.Errorf("cluster: generation %d of topology %s moves the slot of %s: %w", g.Number, g.Topology, from, err)
+		}
+		if m.Incarnation == 0 || m.Incarnation >= 1<<20 {
+			return fmt.Errorf("cluster: generation %d of topology %s moves the slot of %s as incarnation %d; incarnations of a move run from 1 to 2^20-1", g.Number, g.Topology, from, m.Incarnation)
+		}
 	}
 	for task, member := range g.Assignment {
 		if task < 0 {

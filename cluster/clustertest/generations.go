@@ -20,6 +20,7 @@ func RunGenerations(t *testing.T, open func(t *testing.T) cluster.Generations) {
 	cases(t, open, []namedCase[generationsOpener]{
 		{"FirstGeneration", firstGeneration},
 		{"NextIsCompareAndSet", nextCAS},
+		{"AmendMovesSlotsOnly", amendMoves},
 		{"RacingLeadersOneWins", racingLeaders},
 		{"WatchSendsCurrentThenNew", watchGenerations},
 		{"Delete", deleteGenerations},
@@ -107,6 +108,63 @@ func nextCAS(t *testing.T, open generationsOpener) {
 	}
 	if _, err := s.Next(ctx, sampleGeneration("other", 2), rev2); !errors.Is(err, cluster.ErrConflict) {
 		t.Fatalf("Next of a topology without a generation at another topology's revision returned %v, want ErrConflict", err)
+	}
+}
+
+// amendMoves: Amend writes moves of slots over the current generation
+// (same number) by compare-and-set, and refuses any other change.
+func amendMoves(t *testing.T, open generationsOpener) {
+	s := open(t)
+	ctx := context.Background()
+	rev1 := next(t, s, sampleGeneration("wc", 1), 0)
+	watch, err := s.Watch(background(t), "wc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive(t, watch, 5*time.Second, "generation 1", func(g cluster.Generation) bool { return g.Number == 1 && len(g.Moves) == 0 })
+	moved := sampleGeneration("wc", 1)
+	moved.Moves = map[string]cluster.Move{"w2": {To: "w3", Incarnation: 1, At: time.Date(2026, 3, 14, 15, 9, 27, 0, time.UTC)}}
+	rev2, err := s.Amend(ctx, moved, rev1)
+	if err != nil {
+		t.Fatalf("Amend with a move: %v", err)
+	}
+	got, gotRev := current(t, s, "wc")
+	if !sameGeneration(got, moved) || gotRev != rev2 || rev2 <= rev1 {
+		t.Fatalf("after Amend Current = %+v at %d, want %+v at %d", got, gotRev, moved, rev2)
+	}
+	if got.Owner("w2") != "w3" || got.Owner("w1") != "w1" {
+		t.Fatalf("owners after the move: w2's slot on %s, w1's on %s", got.Owner("w2"), got.Owner("w1"))
+	}
+	receive(t, watch, 5*time.Second, "the amended generation 1", func(g cluster.Generation) bool { return g.Number == 1 && g.Moves["w2"].To == "w3" })
+	if _, err := s.Amend(ctx, moved, rev1); !errors.Is(err, cluster.ErrConflict) {
+		t.Fatalf("Amend at a stale revision returned %v, want ErrConflict", err)
+	}
+	bad := map[string]func(g *cluster.Generation){
+		"another number":         func(g *cluster.Generation) { g.Number = 2 },
+		"another assignment":     func(g *cluster.Generation) { g.Assignment = map[int]string{0: "w1"} },
+		"another parallelism":    func(g *cluster.Generation) { g.Parallelism = map[string]int{"source": 2} },
+		"another restore point":  func(g *cluster.Generation) { g.RestoreFrom++ },
+		"an incarnation back":    func(g *cluster.Generation) { g.Moves = nil },
+		"a slot nobody has":      func(g *cluster.Generation) { g.Moves["w9"] = cluster.Move{To: "w1", Incarnation: 1} },
+		"a move to a bad name":   func(g *cluster.Generation) { g.Moves["w1"] = cluster.Move{To: "w 1", Incarnation: 1} },
+		"incarnation 0":          func(g *cluster.Generation) { g.Moves["w1"] = cluster.Move{To: "w2", Incarnation: 0} },
+		"an incarnation too big": func(g *cluster.Generation) { g.Moves["w1"] = cluster.Move{To: "w2", Incarnation: 1 << 20} },
+	}
+	for what, change := range bad {
+		g := sampleGeneration("wc", 1)
+		g.Moves = map[string]cluster.Move{"w2": moved.Moves["w2"]}
+		change(&g)
+		if _, err := s.Amend(ctx, g, rev2); err == nil || errors.Is(err, cluster.ErrConflict) {
+			t.Fatalf("an amendment with %s returned %v, want an error about it", what, err)
+		}
+	}
+	again := sampleGeneration("wc", 1)
+	again.Moves = map[string]cluster.Move{"w2": {To: "w1", Incarnation: 2}, "w3": {To: "w1", Incarnation: 1}}
+	if _, err := s.Amend(ctx, again, rev2); err != nil {
+		t.Fatalf("a second move of w2's slot and a first of w3's: %v", err)
+	}
+	if _, err := s.Amend(ctx, sampleGeneration("other", 1), rev2); !errors.Is(err, cluster.ErrConflict) {
+		t.Fatalf("Amend of a topology without a generation returned %v, want ErrConflict", err)
 	}
 }
 
