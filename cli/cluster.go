@@ -257,10 +257,14 @@ type taskStatus struct {
 	Index     int    `json:"index"`
 	Owner     string `json:"owner"`
 	Epoch     uint64 `json:"epoch"` // the fencing epoch: the generation its owner runs
-	State     string `json:"state"` // running, starting, or no report
-	Queue     int    `json:"queue"`
-	Pending   int64  `json:"pending"`
-	Exhausted bool   `json:"exhausted,omitempty"`
+	// Incarnation counts the owners the task's slot had before this one
+	// in the generation: a dead worker's stateless tasks move without a
+	// new generation (docs/design-notes.md).
+	Incarnation uint64 `json:"incarnation,omitempty"`
+	State       string `json:"state"` // running, starting, or no report
+	Queue       int    `json:"queue"`
+	Pending     int64  `json:"pending"`
+	Exhausted   bool   `json:"exhausted,omitempty"`
 }
 
 type workerStatus struct {
@@ -310,8 +314,8 @@ func readStatus(ctx context.Context, c *conn, name string) (*status, error) {
 	}
 	g := st.Generation
 	for _, task := range slices.Sorted(maps.Keys(g.Assignment)) {
-		owner := g.Assignment[task]
-		ts := taskStatus{Task: task, Owner: owner, Epoch: g.Number, State: "no report"}
+		owner := g.Owner(g.Assignment[task])
+		ts := taskStatus{Task: task, Owner: owner, Epoch: g.Number, Incarnation: g.Moves[g.Assignment[task]].Incarnation, State: "no report"}
 		rep, ok := byMember[owner]
 		switch {
 		case !ok:
@@ -409,7 +413,11 @@ func printStatus(w io.Writer, st *status) error {
 					pending += " (source done)"
 				}
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%d\t%s\n", t.Task, comp, t.Owner, t.Epoch, t.State, t.Queue, pending)
+			epoch := fmt.Sprint(t.Epoch)
+			if t.Incarnation > 0 {
+				epoch += fmt.Sprintf(".%d", t.Incarnation)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", t.Task, comp, t.Owner, epoch, t.State, t.Queue, pending)
 		}
 		tw.Flush()
 	}
@@ -501,7 +509,7 @@ func newListCmd() *cobra.Command {
 					gen = fmt.Sprint(g.Number)
 					seen := map[string]bool{}
 					for _, m := range g.Assignment {
-						seen[m] = true
+						seen[g.Owner(m)] = true
 					}
 					workersN = fmt.Sprint(len(seen))
 				}

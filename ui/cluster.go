@@ -186,7 +186,7 @@ func addReport(t *Topology, st *workers.MemberStatus) {
 func assignedTasks(spec cluster.Spec, g *cluster.Generation, byMember map[string]workers.Report) []Task {
 	var out []Task
 	for _, id := range slices.Sorted(maps.Keys(g.Assignment)) {
-		owner := g.Assignment[id]
+		owner := g.Owner(g.Assignment[id])
 		tk := Task{ID: id, Owner: owner, Epoch: g.Number, State: "no report", Index: -1}
 		rep, ok := byMember[owner]
 		switch {

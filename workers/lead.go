@@ -219,6 +219,7 @@ func (l *leading) decide() error {
 	}
 	assign := cluster.Assign(r.name, ids, names)
 	current := genRev != 0 && (invalid || !gen.Created.Before(spec.Submitted))
+	owners := owners(gen)
 	var reason string
 	handover, lost := false, false
 	switch {
@@ -226,12 +227,27 @@ func (l *leading) decide() error {
 		reason, lost = "the generation entry was invalid", true
 	case !current:
 		reason = "submitted"
-	case !allLive(slots(gen), names):
-		reason, lost = "worker "+strings.Join(missing(slots(gen), names), ", ")+" left", true
+	case !allLive(owners, names):
+		if moved, dead, ok := l.move(gen, tasks, cfg, par, names, now); ok {
+			if _, err := r.n.gens.Amend(l.ctx, moved, genRev); err != nil {
+				return err
+			}
+			for from, mv := range moved.Moves {
+				if mv != gen.Moves[from] {
+					r.log.Warn().Uint64("generation", gen.Number).Str("slot_of", from).Str("to", mv.To).Uint64("incarnation", mv.Incarnation).Msg("moved a dead worker's stateless tasks to a live one; the trees in flight replay, nothing rolls back")
+				}
+			}
+			r.moves.Add(int64(len(dead)))
+			return nil
+		}
+		reason, lost = "worker "+strings.Join(missing(owners, names), ", ")+" left", true
 	case !maps.Equal(gen.Parallelism, par):
 		reason, handover = "rebalanced", true
-	case !maps.Equal(gen.Assignment, assign):
-		reason, handover = "worker "+strings.Join(missing(names, slots(gen)), ", ")+" joined", true
+	case len(gen.Moves) == 0 && !maps.Equal(gen.Assignment, assign),
+		len(gen.Moves) > 0 && !allLive(names, owners):
+		// After moves the assignment is no longer the one the live workers
+		// would get anew; only a worker without a slot is a join.
+		reason, handover = "worker "+strings.Join(missing(names, owners), ", ")+" joined", true
 	}
 	if reason == "" {
 		if err := l.adopt(gen, topo, cfg); err != nil {
@@ -271,6 +287,65 @@ func (l *leading) decide() error {
 		l.recovering = l.lg
 	}
 	return nil
+}
+
+// move gives the slots of gen's dead owners to live workers within the
+// running generation, when that loses nothing a rollback would restore:
+// the guarantee is at-least-once, the generation has begun under this
+// leader with the submitted parallelism, and every task of those slots is
+// stateless (no spout, keyed or Stateful bolt, or transactional sink). The
+// other tasks keep running with their state; the spouts replay the trees
+// in flight when the slot's new owner announces itself, as local mode
+// does after a worker's death (DESIGN.md section 4). It returns the
+// amended generation and the dead owners.
+func (l *leading) move(gen cluster.Generation, tasks []TaskRef, cfg Config, par map[string]int, names []string, now time.Time) (cluster.Generation, []string, bool) {
+	if cfg.Guarantee != AtLeastOnce || l.lg == nil || l.lg.g.Number != gen.Number || !maps.Equal(gen.Parallelism, par) || len(tasks) != len(gen.Assignment) {
+		return gen, nil, false
+	}
+	if _, began := l.lg.beganAt(); !began {
+		return gen, nil, false
+	}
+	stateful := map[string]bool{} // by the slot's member in Assignment
+	for _, t := range tasks {
+		if t.Stateful {
+			stateful[gen.Assignment[t.ID]] = true
+		}
+	}
+	next := gen
+	next.Moves = maps.Clone(gen.Moves)
+	if next.Moves == nil {
+		next.Moves = map[string]cluster.Move{}
+	}
+	var dead []string
+	for slot, m := range slots(gen) {
+		owner := gen.Owner(m)
+		if slices.Contains(names, owner) {
+			continue
+		}
+		inc := gen.Moves[m].Incarnation + 1
+		if stateful[m] || inc >= 1<<incarnationBits {
+			return gen, nil, false
+		}
+		// Rendezvous by slot, so that two leaders in turn choose alike.
+		to := cluster.Assign(gen.Topology, []int{slot}, names)[slot]
+		next.Moves[m] = cluster.Move{To: to, Incarnation: inc, At: now}
+		if !slices.Contains(dead, owner) {
+			dead = append(dead, owner)
+		}
+	}
+	return next, dead, len(dead) > 0
+}
+
+// owners are the workers that run gen's slots, sorted.
+func owners(gen cluster.Generation) []string {
+	var out []string
+	for _, m := range slots(gen) {
+		if o := gen.Owner(m); !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // noteRecovery records the failover in progress as the topology's latest
@@ -383,7 +458,7 @@ func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Gener
 		}
 		done[rep.Member] = ok
 	}
-	for _, m := range slots(gen) {
+	for _, m := range owners(gen) {
 		if !done[m] {
 			l.streak = 0
 			return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,7 +81,32 @@ type Generation struct {
 	// RestoreFrom is the checkpoint epoch every task starts from; 0 starts
 	// from the beginning of the sources.
 	RestoreFrom uint64
+	// Incarnations counts, per slot, the owners it had in this
+	// generation before the current one (nil: none moved; see
+	// cluster.Move); DiedAt is when the previous owner of a moved slot
+	// was found dead.
+	Incarnations []uint64
+	DiedAt       []time.Time
 }
+
+// incarnation returns slot's count of earlier owners in g.
+func (g Generation) incarnation(slot int) uint64 {
+	if slot < len(g.Incarnations) {
+		return g.Incarnations[slot]
+	}
+	return 0
+}
+
+// incarnationBits is how many low bits of a cluster-mode frame epoch
+// number a slot's owners within its generation; the rest is the
+// generation number.
+const incarnationBits = 20
+
+// FrameEpoch is the fencing epoch a task of slot incarnation inc of
+// generation gen stamps on its frames and records in cluster mode.
+// Receivers drop frames of another generation, and records of an earlier
+// incarnation of the sender's slot than the newest they heard of.
+func FrameEpoch(gen, inc uint64) uint64 { return gen<<incarnationBits | inc }
 
 // clusterConfig checks what cluster mode needs of cfg and g and fills in
 // the generation's layout.
@@ -160,7 +186,18 @@ func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 		r.timeTasks()
 	}
 	r.gen, r.leaseErr = g.Number, lease
-	if err := r.restoreEpoch(ctx, g.RestoreFrom); err != nil {
+	// A moved slot holds stateless tasks only (the leader moves no other),
+	// so it has nothing to restore; the slots that kept running hold the
+	// topology's state.
+	moved := g.incarnation(slot) > 0
+	restoreFrom := g.RestoreFrom
+	if moved {
+		if !slices.Contains(p.stateless, slot) {
+			return nil, fmt.Errorf("workers: generation %d moved slot %d, which holds stateful tasks; only a new generation can restore them", g.Number, slot)
+		}
+		restoreFrom = 0
+	}
+	if err := r.restoreEpoch(ctx, restoreFrom); err != nil {
 		return nil, err
 	}
 	closeLetters := func() {}
@@ -171,12 +208,19 @@ func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	}
 	epochs := make([]uint64, g.Slots)
 	for i := range epochs {
-		epochs[i] = g.Number
+		epochs[i] = FrameEpoch(g.Number, g.incarnation(i))
+	}
+	// A slot that moved joins a generation whose other slots kept
+	// running: the frame filter must not ask for what they sent its
+	// previous owner (see frameFilter.newEpoch).
+	var known []uint64
+	if moved {
+		known = epochs
 	}
 	// The tasks outlive ctx: only Stop and Crash end them, so that the
 	// caller's cancellation cannot pass for a graceful stop (which runs
 	// Cleanup) of tasks whose generation is over.
-	w, err := startWorker(context.WithoutCancel(ctx), r, slot, g.Number, epochs, nil)
+	w, err := startWorker(context.WithoutCancel(ctx), r, slot, epochs[slot], epochs, known)
 	if err != nil {
 		closeLetters()
 		return nil, err
@@ -192,11 +236,39 @@ func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 		m.Crash()
 		return nil, fmt.Errorf("workers: generation %d: cannot subscribe to %s: %w", g.Number, subject, err)
 	}
+	if moved {
+		m.announceMove()
+	}
 	m.wg.Add(1)
 	go m.announce(subject)
-	r.log.Info().Uint64("generation", g.Number).Int("slot", slot).Uint64("restore_from", g.RestoreFrom).Str("placement", p.describe()).Msg("joined a generation")
+	r.log.Info().Uint64("generation", g.Number).Int("slot", slot).Uint64("incarnation", g.incarnation(slot)).Uint64("restore_from", restoreFrom).Str("placement", p.describe()).Msg("joined a generation")
 	return m, nil
 }
+
+// announceMove tells the other slots, once this one has subscribed, that
+// the slot has a new owner: they fence the previous owner's records, and
+// their spouts replay the trees in flight at once, as after a death in
+// local mode. Were the notice lost, the records would still be fenced
+// (the runners see the amended generation) and the trees replayed when
+// they time out.
+func (m *Member) announceMove() {
+	var at time.Time
+	if m.slot < len(m.g.DiedAt) {
+		at = m.g.DiedAt[m.slot]
+	}
+	if at.IsZero() {
+		at = time.Now()
+	}
+	epoch := m.w.incarnation
+	crash := int64(epoch<<8) ^ int64(m.slot) // one ID per move, for the recovery accounting
+	msg := fmt.Sprintf("dead %d %d %d %d %d", m.slot, epoch, crash, at.UnixNano(), m.g.Number)
+	m.w.nc.Publish(m.r.ctlSubject, []byte(msg))
+	m.w.nc.Flush()
+}
+
+// fenceSlot raises what the member's tasks take as the newest epoch of
+// slot: records of an earlier owner of the slot are dropped from now on.
+func (m *Member) fenceSlot(slot int, epoch uint64) { m.w.raiseEpoch(slot, epoch) }
 
 // restoreEpoch loads checkpoint epoch for the tasks to restore (0: none).
 func (r *run) restoreEpoch(ctx context.Context, epoch uint64) error {
@@ -331,6 +403,18 @@ type MemberStatus struct {
 	// Transport its workers' loss and flow-control counters.
 	Components []ComponentStatus `json:"components,omitempty"`
 	Transport  TransportStatus   `json:"transport"`
+}
+
+// add adds b, the status of another slot of the same worker process in
+// the same generation (a slot that moved to it), to st.
+func (st *MemberStatus) add(b MemberStatus) {
+	st.Begun = st.Begun && b.Begun
+	st.Tasks = append(st.Tasks, b.Tasks...)
+	st.Records += b.Records
+	st.FencedFrames += b.FencedFrames
+	st.DeadLettered += b.DeadLettered
+	st.Components = append(st.Components, b.Components...)
+	st.Transport.add(b.Transport)
 }
 
 // Status reports the member's tasks.

@@ -356,8 +356,8 @@ func TestNodeMetricsShowTasksFencingAndFailover(t *testing.T) {
 		return gatherRegistry(t, regs[owner]).sum("ackflow_fenced_frames_total", map[string]string{"topology": name})
 	}
 	before := fenced()
-	stale := &wire.Frame{Kind: wire.KindData, Src: 0, Epoch: gen.Number + 100, Seq: 1, Records: []wire.Record{
-		{ID: 42, Stream: topology.DefaultStream, SrcTask: 0, Epoch: gen.Number + 100, Anchors: []wire.Anchor{{Tree: 7, Val: 9}}, Values: []any{int64(1)}},
+	stale := &wire.Frame{Kind: wire.KindData, Src: 0, Epoch: workers.FrameEpoch(gen.Number+100, 0), Seq: 1, Records: []wire.Record{
+		{ID: 42, Stream: topology.DefaultStream, SrcTask: 0, Epoch: workers.FrameEpoch(gen.Number+100, 0), Anchors: []wire.Anchor{{Tree: 7, Val: 9}}, Values: []any{int64(1)}},
 	}}
 	data, err := wire.AppendFrame(nil, stale)
 	if err != nil {

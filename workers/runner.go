@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -39,8 +40,12 @@ type runner struct {
 
 	leader *Leader // while this worker leads the current generation
 
-	// Owned by run's goroutine.
-	member  *Member
+	// Owned by run's goroutine: this worker's slots of generation gen
+	// (usually one; more when slots of dead workers moved here), and
+	// where a member that failed says so.
+	members map[int]*Member
+	gen     uint64
+	failed  chan *Member
 	lastErr string
 	store   checkpoint.Store
 	built   map[uint64]*topology.Topology // by spec revision
@@ -52,8 +57,9 @@ type runner struct {
 	// (0: none), for the metrics.
 	recovery atomic.Int64
 	// invalid counts invalid generation entries this worker, leading,
-	// wrote over.
+	// wrote over; moves the dead workers whose slots it moved.
 	invalid atomic.Int64
+	moves   atomic.Int64
 	// newest is the number of the newest generation the watch has seen,
 	// delivered to run's loop or not yet.
 	newest atomic.Uint64
@@ -63,7 +69,8 @@ func newRunner(n *Node, name string, build func(map[string]string) (*topology.To
 	base := n.log.GetLevel()
 	level := NewLevelVar(base)
 	return &runner{n: n, name: name, build: build, log: level.Leveled(n.log.With().Str("topology", name).Logger()), level: level, base: base,
-		changed: make(chan struct{}, 1), lead: make(chan struct{}, 1), built: map[uint64]*topology.Topology{}, done: make(chan struct{})}
+		changed: make(chan struct{}, 1), lead: make(chan struct{}, 1), built: map[uint64]*topology.Topology{}, done: make(chan struct{}),
+		members: map[int]*Member{}, failed: make(chan *Member, 1)}
 }
 
 // setLevel applies the submission's log level, or the worker's own.
@@ -146,7 +153,7 @@ func (r *runner) run(parent context.Context) {
 	r.cancel = cancel
 	r.mu.Unlock()
 	defer cancel()
-	defer r.endMember(true)
+	defer r.endMembers(true)
 	if reg := r.n.cfg.Runtime.Metrics; reg != nil {
 		defer reg.Add(metrics.SourceFunc(r.writeMetrics))()
 	}
@@ -176,7 +183,6 @@ func (r *runner) run(parent context.Context) {
 	gens := r.watchGenerations(ctx)
 	tick := time.NewTicker(r.n.cfg.StatusEvery)
 	defer tick.Stop()
-	var failed <-chan struct{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -184,21 +190,20 @@ func (r *runner) run(parent context.Context) {
 		case g := <-gens:
 			r.onGeneration(ctx, g)
 		case <-r.changed:
-			if _, _, ok := r.currentSpec(); !ok && r.member != nil {
+			if _, _, ok := r.currentSpec(); !ok && len(r.members) > 0 {
 				// Killed (after the leader's final checkpoint) or finished:
 				// the spouts are paused and every tree is done.
-				r.endMember(false)
+				r.endMembers(false)
 			}
-		case <-failed:
-			r.lastErr = r.member.Err().Error()
-			r.log.Error().Err(r.member.Err()).Msg("the tasks of this worker failed; the leader restarts the generation elsewhere")
-			r.endMember(true)
+		case m := <-r.failed:
+			if r.members[m.slot] != m {
+				continue // ended already
+			}
+			r.lastErr = m.Err().Error()
+			r.log.Error().Err(m.Err()).Msg("the tasks of this worker failed; the leader restarts the generation elsewhere")
+			r.endMembers(true)
 		case <-tick.C:
 			r.report(ctx)
-		}
-		failed = nil
-		if r.member != nil {
-			failed = r.member.Failed()
 		}
 	}
 }
@@ -284,6 +289,16 @@ func slots(g cluster.Generation) []string {
 func layout(g cluster.Generation) (Generation, error) {
 	ms := slots(g)
 	wg := Generation{Number: g.Number, Slots: len(ms), RestoreFrom: g.RestoreFrom, Assign: make([]int, len(g.Assignment))}
+	if len(g.Moves) > 0 {
+		wg.Incarnations, wg.DiedAt = make([]uint64, len(ms)), make([]time.Time, len(ms))
+		for from, mv := range g.Moves {
+			slot := slices.Index(ms, from)
+			if slot < 0 {
+				return wg, fmt.Errorf("generation %d moves the slot of %s, which has none", g.Number, from)
+			}
+			wg.Incarnations[slot], wg.DiedAt[slot] = mv.Incarnation, mv.At
+		}
+	}
 	for task, m := range g.Assignment {
 		if task < 0 || task >= len(wg.Assign) {
 			return wg, fmt.Errorf("generation %d assigns task %d of %d", g.Number, task, len(wg.Assign))
@@ -294,20 +309,26 @@ func layout(g cluster.Generation) (Generation, error) {
 }
 
 // onGeneration drops the tasks of the previous generation and starts this
-// worker's tasks of g.
+// worker's tasks of g; for an amendment of the generation it runs, it
+// starts the slots that moved here and drops those that moved away.
 func (r *runner) onGeneration(ctx context.Context, g cluster.Generation) {
-	if r.member != nil && r.member.Generation().Number >= g.Number {
+	switch {
+	case g.Number < r.gen:
+		return
+	case g.Number == r.gen:
+		r.onAmend(ctx, g)
 		return
 	}
 	// Every task of the new generation restores its checkpoint: what the
 	// old one holds is dropped, as if the process had died.
-	r.endMember(true)
+	r.endMembers(true)
+	r.gen = g.Number
 	spec, rev, ok := r.currentSpec()
 	if !ok {
 		return
 	}
-	slot := slices.Index(slots(g), r.n.cfg.Name)
-	if slot < 0 {
+	mine := r.ownSlots(g)
+	if len(mine) == 0 {
 		r.lastErr = ""
 		if topo, err := r.topology(spec, rev); err == nil && Fingerprint(topo) != g.Fingerprint {
 			// The leader gives tasks only to workers with its build.
@@ -318,15 +339,80 @@ func (r *runner) onGeneration(ctx context.Context, g cluster.Generation) {
 		r.log.Info().Uint64("generation", g.Number).Msg("no tasks in this generation")
 		return
 	}
+	for _, slot := range mine {
+		if !r.joinSlot(ctx, g, spec, rev, slot) {
+			return
+		}
+	}
+}
+
+// onAmend follows the moves of an amended generation: slots that moved
+// here start, slots that moved away (this worker was taken for dead) stop
+// as if crashed, and every member fences the earlier owners of the moved
+// slots.
+func (r *runner) onAmend(ctx context.Context, g cluster.Generation) {
+	wg, err := layout(g)
+	if err != nil {
+		r.log.Error().Err(err).Uint64("generation", g.Number).Msg("cannot follow the generation's moves")
+		return
+	}
+	mine := r.ownSlots(g)
+	for slot, m := range r.members {
+		if !slices.Contains(mine, slot) {
+			r.log.Warn().Uint64("generation", g.Number).Int("slot", slot).Str("owner", g.Owner(slots(g)[slot])).Msg("this worker's slot moved to another while it was away; dropping its tasks")
+			m.Crash()
+			delete(r.members, slot)
+		}
+	}
+	for _, m := range r.members {
+		for slot, inc := range wg.Incarnations {
+			if inc > 0 {
+				m.fenceSlot(slot, FrameEpoch(g.Number, inc))
+			}
+		}
+	}
+	spec, rev, ok := r.currentSpec()
+	if !ok {
+		return
+	}
+	for _, slot := range mine {
+		if m := r.members[slot]; m == nil || m.g.incarnation(slot) < wg.incarnation(slot) {
+			if m != nil {
+				m.Crash()
+				delete(r.members, slot)
+			}
+			if !r.joinSlot(ctx, g, spec, rev, slot) {
+				return
+			}
+		}
+	}
+}
+
+// ownSlots returns the slots of g this worker runs.
+func (r *runner) ownSlots(g cluster.Generation) []int {
+	var mine []int
+	for slot, m := range slots(g) {
+		if g.Owner(m) == r.n.cfg.Name {
+			mine = append(mine, slot)
+		}
+	}
+	return mine
+}
+
+// joinSlot starts this worker's tasks of slot in g, and reports whether
+// it could.
+func (r *runner) joinSlot(ctx context.Context, g cluster.Generation, spec cluster.Spec, rev uint64, slot int) bool {
 	err := r.join(ctx, g, spec, rev, slot)
 	switch {
 	case err == nil:
+		return true
 	case ctx.Err() == nil && r.newest.Load() > g.Number && errors.Is(err, context.Canceled):
 		r.log.Info().Uint64("generation", g.Number).Uint64("newer", r.newest.Load()).Msg("gave up joining a generation: a newer one is out")
 	default:
 		r.lastErr = err.Error()
-		r.log.Error().Err(err).Uint64("generation", g.Number).Msg("cannot run this worker's tasks of the generation")
+		r.log.Error().Err(err).Uint64("generation", g.Number).Int("slot", slot).Msg("cannot run this worker's tasks of the generation")
 	}
+	return false
 }
 
 func (r *runner) join(ctx context.Context, g cluster.Generation, spec cluster.Spec, rev uint64, slot int) error {
@@ -346,12 +432,24 @@ func (r *runner) join(ctx context.Context, g cluster.Generation, spec cluster.Sp
 		return err
 	}
 	jctx, joined := r.untilNewer(ctx, g.Number)
-	r.member, err = JoinGeneration(jctx, topo, cfg, wg, slot, nil)
+	m, err := JoinGeneration(jctx, topo, cfg, wg, slot, nil)
 	joined()
-	if err == nil {
-		r.lastErr = ""
+	if err != nil {
+		return err
 	}
-	return err
+	r.members[slot] = m
+	r.lastErr = ""
+	go func() {
+		select {
+		case <-m.Failed():
+			select {
+			case r.failed <- m:
+			case <-m.stop:
+			}
+		case <-m.stop:
+		}
+	}()
+	return nil
 }
 
 // untilNewer returns a context for joining generation gen that ends when
@@ -389,13 +487,12 @@ func (r *runner) config(spec cluster.Spec) (Config, error) {
 	return cfg, nil
 }
 
-// endMember stops this worker's tasks: crashed (dropped) or gracefully.
-func (r *runner) endMember(crash bool) {
-	if r.member == nil {
-		return
+// endMembers stops this worker's tasks: crashed (dropped) or gracefully.
+func (r *runner) endMembers(crash bool) {
+	for slot, m := range r.members {
+		m.end(crash)
+		delete(r.members, slot)
 	}
-	r.member.end(crash)
-	r.member = nil
 }
 
 // setLeader records the generation this worker leads, for its reports.
@@ -416,9 +513,14 @@ func (r *runner) writeMetrics(w *metrics.Writer) {
 // report publishes what this worker runs of the topology.
 func (r *runner) report(ctx context.Context) {
 	rep := Report{Member: r.n.cfg.Name, Error: r.lastErr, Updated: time.Now()}
-	if r.member != nil {
-		st := r.member.Status()
-		rep.Status, rep.Generation, rep.RestoredFrom = &st, st.Generation, r.member.g.RestoreFrom
+	for _, slot := range slices.Sorted(maps.Keys(r.members)) {
+		m := r.members[slot]
+		st := m.Status()
+		if rep.Status == nil {
+			rep.Status, rep.Generation, rep.RestoredFrom = &st, st.Generation, m.g.RestoreFrom
+		} else {
+			rep.Status.add(st)
+		}
 	}
 	r.mu.Lock()
 	if l := r.leader; l != nil {

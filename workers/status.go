@@ -67,6 +67,18 @@ type TransportStatus struct {
 	Backpressure    int64 `json:"backpressure,omitempty"`
 }
 
+// add adds o's counters to t's.
+func (t *TransportStatus) add(o TransportStatus) {
+	t.LostFrames += o.LostFrames
+	t.FrameNACKs += o.FrameNACKs
+	t.FramesResent += o.FramesResent
+	t.DuplicateFrames += o.DuplicateFrames
+	t.FencedRecords += o.FencedRecords
+	t.BadFrames += o.BadFrames
+	t.PublishErrors += o.PublishErrors
+	t.Backpressure += o.Backpressure
+}
+
 // taskStatus is task id as it is now; t is its inbox in this process, if
 // it has one here.
 func (r *run) taskStatus(id int, t *task) TaskStatus {

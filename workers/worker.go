@@ -233,13 +233,14 @@ func (w *Worker) onFrame(t *task, m *nats.Msg) {
 		r.warn.Warn().Err(err).Str("subject", m.Subject).Msg("dropping a frame that does not decode")
 		return
 	}
-	if r.gen > 0 && f.Epoch != r.gen {
+	if r.gen > 0 && (f.Epoch>>incarnationBits != r.gen || w.staleSender(f)) {
 		// Cluster mode: a frame of another generation (a worker that has
-		// not heard of this one yet, or was paused past its lease). Its
-		// records belong to trees this generation does not track.
+		// not heard of this one yet, or was paused past its lease), or of
+		// an earlier owner of a slot that moved within this generation.
+		// Its records belong to trees this generation does not track.
 		r.tc.fencedFrames.Add(1)
 		r.tc.fencedRecords.Add(int64(len(f.Records)))
-		r.warn.Warn().Str("subject", m.Subject).Uint64("generation", f.Epoch).Uint64("current", r.gen).Msg("dropping a frame of another generation")
+		r.warn.Warn().Str("subject", m.Subject).Uint64("generation", f.Epoch>>incarnationBits).Uint64("incarnation", f.Epoch&(1<<incarnationBits-1)).Uint64("current", r.gen).Msg("dropping a frame of another generation, or of a slot's earlier owner")
 		return
 	}
 	acker := t.info.comp == nil
@@ -255,6 +256,14 @@ func (w *Worker) onFrame(t *task, m *nats.Msg) {
 		r.tc.badFrames.Add(1)
 		r.warn.Warn().Str("subject", m.Subject).Str("kind", f.Kind.String()).Msg("dropping a frame of the wrong kind for its task")
 	}
+}
+
+// staleSender reports whether f comes from an earlier incarnation of its
+// sender's slot than the newest this worker knows: acks, notices and link
+// frames as well as records.
+func (w *Worker) staleSender(f *wire.Frame) bool {
+	src := int(f.Src)
+	return src >= 0 && src < len(w.r.plan.assign) && f.Epoch < w.epochs[w.r.plan.assign[src]].Load()
 }
 
 // frameHeadroom is what a frame needs beyond its records' bytes: the
@@ -313,23 +322,28 @@ func (w *Worker) onControl(m *nats.Msg) {
 	case "bp":
 		w.lastBP[slot].Store(time.Now().UnixNano())
 	case "dead":
-		if len(fields) != 5 {
+		// Local mode says "dead <slot> <incarnation> <crash> <at>"; cluster
+		// mode adds the generation whose slot moved.
+		if len(fields) != 5 && len(fields) != 6 {
 			w.badControl(m)
 			return
 		}
 		inc, err1 := strconv.ParseUint(fields[2], 10, 64)
 		crash, err2 := strconv.ParseInt(fields[3], 10, 64)
 		at, err3 := strconv.ParseInt(fields[4], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil {
+		var gen uint64
+		var err4 error
+		if len(fields) == 6 {
+			gen, err4 = strconv.ParseUint(fields[5], 10, 64)
+		}
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 			w.badControl(m)
 			return
 		}
-		for {
-			old := w.epochs[slot].Load()
-			if inc <= old || w.epochs[slot].CompareAndSwap(old, inc) {
-				break
-			}
+		if gen != w.r.gen {
+			return // about another generation's slot
 		}
+		w.raiseEpoch(slot, inc)
 		n := &deadNotice{slot: slot, incarnation: inc, crash: crash, at: time.Unix(0, at)}
 		for _, t := range w.tasks {
 			if t != nil && t.info.comp != nil && t.info.comp.IsSpout() {
@@ -338,6 +352,17 @@ func (w *Worker) onControl(m *nats.Msg) {
 		}
 	default:
 		w.badControl(m)
+	}
+}
+
+// raiseEpoch makes epoch the newest known incarnation of slot, unless a
+// newer one is known already.
+func (w *Worker) raiseEpoch(slot int, epoch uint64) {
+	for {
+		old := w.epochs[slot].Load()
+		if epoch <= old || w.epochs[slot].CompareAndSwap(old, epoch) {
+			return
+		}
 	}
 }
 

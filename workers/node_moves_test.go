@@ -1,0 +1,214 @@
+package workers_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ackflow/ackflow/chaos"
+	"github.com/ackflow/ackflow/cluster"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/workers"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// statelessPartial is partial without Snapshot and Restore: a stateless
+// bolt that fails one input in ten after two of its four outputs, the
+// first time it sees it.
+type statelessPartial struct{ p partial }
+
+func (s *statelessPartial) Prepare(tc topology.TaskContext, out topology.Collector) error {
+	return s.p.Prepare(tc, out)
+}
+func (s *statelessPartial) Execute(in *topology.Tuple) { s.p.Execute(in) }
+func (s *statelessPartial) Cleanup() error             { return nil }
+
+// movesTopology has few stateful tasks (the spout and three keyed counts,
+// one task each) and seven stateless ones in three shapes: an All
+// grouping, a fan-out, and a failed partial emit.
+func movesTopology(t *testing.T, name string, n, k int64, tl *tallies, failed map[int64]bool, mu *sync.Mutex) *topology.Topology {
+	b := topology.NewBuilder(name)
+	b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: 6 * time.Second}} }, 1).Outputs("n")
+	b.Bolt("copy", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.All()).Outputs("n")
+	b.Bolt("all", tl.counter("all"), 1).KeyedState().Input("copy", topology.Fields("n")).Outputs("n")
+	b.Bolt("fan", func() topology.Bolt { return &fanOut{k: k} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+	b.Bolt("fanned", tl.counter("fanned"), 1).KeyedState().Input("fan", topology.Fields("n")).Outputs("n")
+	b.Bolt("half", func() topology.Bolt { return &statelessPartial{partial{mu: mu, failed: failed}} }, 2).Input("numbers", topology.Fields("n")).Outputs("n")
+	b.Bolt("quartered", tl.counter("quartered"), 1).KeyedState().Input("half", topology.Fields("n")).Outputs("n")
+	return build(t, b)
+}
+
+// TestNodesMoveAStatelessSlotWithoutRollingBack runs an at-least-once
+// topology on four nodes under frame loss, duplication and failed inputs,
+// and cuts a node whose tasks are all stateless off from NATS past its
+// lease. The leader moves that node's slot to a live node within the
+// running generation instead of rolling every task back to a checkpoint:
+// the generation's number stays, its Moves name the new owner, and no
+// stateful task restarts. The node then comes back, finds its slot gone,
+// drops its tasks, and joins in a new generation (a handover). The oracle:
+// every branch's keyed state counts each value at least as often as the
+// shape says, and the run reports how many it counted more than once.
+func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
+	verifyNoLeaks(t)
+	const n, k = 3000, 3
+	const name = "moves23" // three of four nodes hold only stateless tasks (rendezvous hashing)
+	tl := &tallies{branch: map[string]map[string]int64{}}
+	var mu sync.Mutex
+	failed := map[int64]bool{}
+	topo := func(map[string]string) (*topology.Topology, error) {
+		return movesTopology(t, name, n, k, tl, failed, &mu), nil
+	}
+	nd := startNodes(t, name, topo)
+	nd.configure = func(c *workers.Config) {
+		c.Chaos = chaos.Config{Drop: 0.02, Dup: 0.01, Reorder: 0.05, Fail: 0.002, Seed: 7}
+		c.MaxAttempts = 0 // the oracle needs every record
+	}
+	nets := map[string]*cutter{}
+	members := []string{"n1", "n2", "n3", "n4"}
+	for _, m := range members {
+		net := &cutter{}
+		nets[m] = net
+		configure := nd.configure
+		nd.configure = func(c *workers.Config) {
+			configure(c)
+			c.NATSOptions = append(c.NATSOptions, nats.SetCustomDialer(net), nats.ReconnectWait(50*time.Millisecond))
+		}
+		nd.start(m)
+		nd.configure = configure
+	}
+	ctx := context.Background()
+	if err := nd.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "at-least-once", CheckpointEvery: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	first := nd.awaitPlan(name, 0, members...)
+	time.Sleep(time.Second) // records flow, and checkpoints complete
+	g, _, err := nd.gens.Current(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := nd.leader(name)
+	built, _ := topo(nil)
+	cfg := workers.DefaultConfig()
+	cfg.Guarantee = workers.AtLeastOnce
+	tasks, err := workers.Tasks(built, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := ""
+	for _, m := range members {
+		stateless := true
+		for _, tk := range tasks {
+			if g.Assignment[tk.ID] == m && tk.Stateful {
+				stateless = false
+			}
+		}
+		if stateless && m != leader && slices.Contains(slices.Collect(maps.Values(g.Assignment)), m) {
+			victim = m
+			break
+		}
+	}
+	if victim == "" {
+		t.Fatalf("no node but the leader %s holds only stateless tasks in %v; rename the nodes or the topology", leader, g.Assignment)
+	}
+	cut := time.Now()
+	nets[victim].sever()
+	var moved cluster.Generation
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		moved, _, err = nd.gens.Current(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if moved.Number != first {
+			t.Fatalf("generation %d replaced %d after %s was cut off (%s); its stateless slot should have moved within the generation", moved.Number, first, victim, moved.Reason)
+		}
+		if _, ok := moved.Moves[victim]; ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot of %s did not move in 20 s: %+v", victim, moved)
+		}
+	}
+	mv := moved.Moves[victim]
+	if mv.To == victim || mv.Incarnation != 1 || !slices.Contains(members, mv.To) {
+		t.Fatalf("the slot of %s moved to %q as incarnation %d", victim, mv.To, mv.Incarnation)
+	}
+	t.Logf("%s (stateless) cut off; its slot moved to %s %v later, in generation %d", victim, mv.To, time.Since(cut).Round(time.Millisecond), moved.Number)
+	// The new owner reports the moved tasks as its own, begun, beside
+	// those of its own slot.
+	var slotTasks []int
+	for id, m := range g.Assignment {
+		if m == victim {
+			slotTasks = append(slotTasks, id)
+		}
+	}
+	nd.awaitReport(name, mv.To, 10*time.Second, func(rep workers.Report) bool {
+		if rep.Generation != first || rep.Status == nil || !rep.Status.Begun {
+			return false
+		}
+		for _, id := range slotTasks {
+			if !slices.ContainsFunc(rep.Status.Tasks, func(ts workers.TaskStatus) bool { return ts.Task == id }) {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(time.Second) // the records flow on without it
+	nets[victim].heal()
+	// Back, it has no slot: a handover brings it in.
+	nd.awaitPlan(name, first, members...)
+	nd.await(2*time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	nd.stopAll()
+	tl.expect(t, "all", n, 3, false)
+	tl.expect(t, "fanned", n*k, 1, false)
+	tl.expect(t, "quartered", 4*n, 1, false)
+	t.Logf("counted more than once: all %d, fanned %d, quartered %d", tl.excess("all", 3), tl.excess("fanned", 1), tl.excess("quartered", 1))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failed) != n/10 {
+		t.Fatalf("half failed %d inputs, want %d", len(failed), n/10)
+	}
+}
+
+// excess is how many counts of branch exceed want.
+func (t *tallies) excess(branch string, want int64) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var sum int64
+	for _, c := range t.branch[branch] {
+		sum += max(0, c-want)
+	}
+	return sum
+}
+
+// awaitReport polls member's status report of topo until ok accepts it.
+func (n *nodes) awaitReport(topo, member string, d time.Duration, ok func(workers.Report) bool) {
+	n.t.Helper()
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	ctx := context.Background()
+	statuses, err := cluster.NewKVStatuses(ctx, js, nodeTiming)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	var last workers.Report
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		reports, err := statuses.List(ctx, topo)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		for _, cr := range reports {
+			if rep, err := workers.DecodeReport(cr); err == nil && rep.Member == member {
+				if last = rep; ok(rep) {
+					return
+				}
+			}
+		}
+	}
+	n.t.Fatalf("%s's report of %s is not as expected after %v: %+v", member, topo, d, last)
+}
