@@ -25,6 +25,7 @@ import (
 
 	"github.com/ackflow/ackflow/sinks"
 	"github.com/ackflow/ackflow/wire"
+	"github.com/ackflow/ackflow/workers"
 	"github.com/nats-io/nats.go"
 )
 
@@ -53,6 +54,10 @@ type clusterStatus struct {
 		Assignment  map[int]string `json:"assignment"`
 		RestoreFrom uint64         `json:"restore_from"`
 		Reason      string         `json:"reason"`
+		Moves       map[string]struct {
+			To          string `json:"to"`
+			Incarnation uint64 `json:"incarnation"`
+		} `json:"moves"`
 	} `json:"generation"`
 	Leader     string      `json:"leader"`
 	Checkpoint uint64      `json:"checkpoint"`
@@ -81,6 +86,20 @@ func (s *clusterStatus) gen() uint64 {
 		return 0
 	}
 	return s.Generation.Number
+}
+
+// plan numbers the plan the workers run: it grows with each new
+// generation, and with each move of a dead worker's stateless slot
+// within one (cluster.Move), after which a generation runs on.
+func (s *clusterStatus) plan() uint64 {
+	if s.Generation == nil {
+		return 0
+	}
+	p := s.Generation.Number << 20
+	for _, m := range s.Generation.Moves {
+		p += m.Incarnation
+	}
+	return p
 }
 
 // running reports whether every task of the generation runs.
@@ -263,25 +282,25 @@ func (c *testCluster) rate(d time.Duration) float64 {
 	start := time.Now()
 	time.Sleep(d)
 	b := c.status()
-	if a.gen() != b.gen() {
+	if a.plan() != b.plan() {
 		return 0
 	}
 	return float64(b.records()-a.records()) / time.Since(start).Seconds()
 }
 
-// recovered measures, after an event at t0 that replaced the generation
-// below, how long until a new generation runs every task and until
-// records flow at frac of the rate before.
+// recovered measures, after an event at t0 that replaced the plan below
+// (see clusterStatus.plan), how long until a new plan runs every task and
+// until records flow at frac of the rate before.
 func (c *testCluster) recovered(t0 time.Time, below uint64, before, frac float64) (running, flowing time.Duration) {
 	c.t.Helper()
-	st := c.await("a new generation runs", time.Minute, func(s *clusterStatus) bool { return s.gen() > below && s.running() })
+	st := c.await("a new plan runs", time.Minute, func(s *clusterStatus) bool { return s.plan() > below && s.running() })
 	running = time.Since(t0)
-	gen, last, lastAt := st.gen(), st.records(), time.Now()
+	plan, last, lastAt := st.plan(), st.records(), time.Now()
 	for time.Since(t0) < time.Minute {
 		time.Sleep(250 * time.Millisecond)
 		s := c.status()
-		if s.gen() != gen {
-			gen, last, lastAt = s.gen(), s.records(), time.Now()
+		if s.plan() != plan {
+			plan, last, lastAt = s.plan(), s.records(), time.Now()
 			continue
 		}
 		now := time.Now()
@@ -336,10 +355,10 @@ func clusterRun(t *testing.T, guarantee string) {
 
 	// SIGKILL the worker with the spout, under load.
 	victim := st.owner("lines")
-	killedGen := st.gen()
+	killedPlan := st.plan()
 	t0 := time.Now()
 	c.signal(victim, syscall.SIGKILL)
-	running, flowing := c.recovered(t0, killedGen, before, 0.8)
+	running, flowing := c.recovered(t0, killedPlan, before, 0.8)
 	st = c.status()
 	for _, task := range st.Tasks {
 		if task.Owner == victim {
@@ -357,11 +376,11 @@ func clusterRun(t *testing.T, guarantee string) {
 			paused = w
 		}
 	}
-	pausedGen := st.gen()
+	pausedPlan := st.plan()
 	c.signal(paused, syscall.SIGSTOP)
 	t0 = time.Now()
 	st = c.await("the paused worker's tasks move", 30*time.Second, func(s *clusterStatus) bool {
-		if s.gen() <= pausedGen || !s.running() {
+		if s.plan() <= pausedPlan || !s.running() {
 			return false
 		}
 		for _, task := range s.Tasks {
@@ -371,7 +390,7 @@ func clusterRun(t *testing.T, guarantee string) {
 		}
 		return true
 	})
-	t.Logf("SIGSTOP %s: generation %d runs without it after %v", paused, st.gen(), time.Since(t0).Round(time.Millisecond))
+	t.Logf("SIGSTOP %s: generation %d (%s, moves %v) runs without it after %v", paused, st.gen(), st.Generation.Reason, st.Generation.Moves, time.Since(t0).Round(time.Millisecond))
 	time.Sleep(2 * time.Second)
 	c.signal(paused, syscall.SIGCONT)
 	st = c.await("the woken worker rejoins", 30*time.Second, func(s *clusterStatus) bool {
@@ -448,8 +467,9 @@ func injectStale(t *testing.T, c *testCluster, st *clusterStatus) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	f := &wire.Frame{Kind: wire.KindData, Src: 0, Epoch: st.gen() - 1, Seq: 1, Records: []wire.Record{
-		{ID: 42, Stream: "line", SrcTask: 0, Epoch: st.gen() - 1, Anchors: []wire.Anchor{{Tree: 7, Val: 9}}, Values: []any{"stale words that must not count"}},
+	stale := workers.FrameEpoch(st.gen()-1, 0)
+	f := &wire.Frame{Kind: wire.KindData, Src: 0, Epoch: stale, Seq: 1, Records: []wire.Record{
+		{ID: 42, Stream: "line", SrcTask: 0, Epoch: stale, Anchors: []wire.Anchor{{Tree: 7, Val: 9}}, Values: []any{"stale words that must not count"}},
 	}}
 	data, err := wire.AppendFrame(nil, f)
 	if err != nil {

@@ -564,12 +564,12 @@ func compareOutput(oracle map[string]int64, got map[string]int) (lost, missing, 
 }
 
 // recovered records how long after t0 (a fault, or its healing) records
-// flow again at half the rate before, in a generation after the given one
-// that runs every task (-1: not within two minutes, or the run ended).
+// flow again at half the rate before, in a plan after the given one (see
+// clusterStatus.plan) that runs every task (-1: not within two minutes, or the run ended).
 func (d *dockerSuite) recovered(c *dockerCase, t0 time.Time, after uint64) {
 	d.t.Helper()
 	st := d.c.status()
-	gen, last, lastAt := st.gen(), st.records(), time.Now()
+	plan, last, lastAt := st.plan(), st.records(), time.Now()
 	for time.Since(t0) < 2*time.Minute {
 		time.Sleep(250 * time.Millisecond)
 		s := d.c.status()
@@ -577,19 +577,20 @@ func (d *dockerSuite) recovered(c *dockerCase, t0 time.Time, after uint64) {
 			break
 		}
 		now := time.Now()
-		if s.gen() == gen && s.gen() > after && s.running() {
+		if s.plan() == plan && s.plan() > after && s.running() {
 			if r := float64(s.records()-last) / now.Sub(lastAt).Seconds(); r >= c.before/2 {
 				c.recoveries = append(c.recoveries, now.Sub(t0))
 				return
 			}
 		}
-		gen, last, lastAt = s.gen(), s.records(), now
+		plan, last, lastAt = s.plan(), s.records(), now
 	}
 	c.recoveries = append(c.recoveries, -1)
 }
 
-// generation is the current generation, before a fault that must end it.
-func (d *dockerSuite) generation() uint64 { return d.c.status().gen() }
+// generation is the current plan (a generation, and the moves within
+// it), before a fault that must replace it.
+func (d *dockerSuite) generation() uint64 { return d.c.status().plan() }
 
 func (d *dockerSuite) randomWorker(rng *rand.Rand, not ...string) string {
 	for {
