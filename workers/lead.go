@@ -290,16 +290,17 @@ func (l *leading) decide() error {
 }
 
 // move gives the slots of gen's dead owners to live workers within the
-// running generation, when that loses nothing a rollback would restore:
-// the guarantee is at-least-once, the generation has begun under this
-// leader with the submitted parallelism, and every task of those slots is
-// stateless (no spout, keyed or Stateful bolt, or transactional sink). The
-// other tasks keep running with their state; the spouts replay the trees
-// in flight when the slot's new owner announces itself, as local mode
-// does after a worker's death (DESIGN.md section 4). It returns the
-// amended generation and the dead owners.
+// running generation when the recovery policy both modes share
+// (rollsBack) does not roll back: every task of those slots is stateless
+// (no spout, keyed or Stateful bolt, or transactional sink) and the
+// guarantee is not exactly-once; and the generation has begun under this
+// leader with the submitted parallelism. The other tasks keep running
+// with their state; the spouts replay the trees in flight when the slot's
+// new owner announces itself, as in local mode after a worker's death
+// (DESIGN.md section 4). It returns the amended generation and the dead
+// owners.
 func (l *leading) move(gen cluster.Generation, tasks []TaskRef, cfg Config, par map[string]int, names []string, now time.Time) (cluster.Generation, []string, bool) {
-	if cfg.Guarantee != AtLeastOnce || l.lg == nil || l.lg.g.Number != gen.Number || !maps.Equal(gen.Parallelism, par) || len(tasks) != len(gen.Assignment) {
+	if l.lg == nil || l.lg.g.Number != gen.Number || !maps.Equal(gen.Parallelism, par) || len(tasks) != len(gen.Assignment) {
 		return gen, nil, false
 	}
 	if _, began := l.lg.beganAt(); !began {
@@ -323,7 +324,8 @@ func (l *leading) move(gen cluster.Generation, tasks []TaskRef, cfg Config, par 
 			continue
 		}
 		inc := gen.Moves[m].Incarnation + 1
-		if stateful[m] || inc >= 1<<incarnationBits {
+		// Cluster mode always has checkpoints.
+		if rollsBack(cfg.Guarantee, true, !stateful[m]) || inc >= 1<<incarnationBits {
 			return gen, nil, false
 		}
 		// Rendezvous by slot, so that two leaders in turn choose alike.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/ackflow/ackflow/cluster"
 )
 
 // TestJoinEndsWhenANewerGenerationIsOut: the context of a join of
@@ -29,5 +31,93 @@ func TestJoinEndsWhenANewerGenerationIsOut(t *testing.T) {
 	joined()
 	if ctx.Err() == nil {
 		t.Fatal("the join's context lives on after the join returned")
+	}
+}
+
+// TestRecoveryPolicy: the one policy both modes follow when a worker slot
+// dies.
+func TestRecoveryPolicy(t *testing.T) {
+	for _, c := range []struct {
+		g                      Guarantee
+		checkpoints, stateless bool
+		rollsBack              bool
+	}{
+		{AtLeastOnce, true, true, false},
+		{AtLeastOnce, true, false, true},
+		{ExactlyOnce, true, true, true},
+		{ExactlyOnce, true, false, true},
+		{AtLeastOnce, false, false, false}, // local mode without checkpoints: nothing to restore
+		{AtMostOnce, false, true, false},
+	} {
+		if got := rollsBack(c.g, c.checkpoints, c.stateless); got != c.rollsBack {
+			t.Errorf("rollsBack(%v, checkpoints %v, stateless %v) = %v, want %v", c.g, c.checkpoints, c.stateless, got, c.rollsBack)
+		}
+	}
+}
+
+// TestLeaderMovesOnlyStatelessSlots: the leader's decision on the dead
+// owners of a running generation's slots.
+func TestLeaderMovesOnlyStatelessSlots(t *testing.T) {
+	// Slots: w1 holds the spout (task 0), w2 and w3 only stateless tasks.
+	tasks := []TaskRef{{ID: 0, Stateful: true}, {ID: 1}, {ID: 2}, {ID: 3}}
+	gen := cluster.Generation{Topology: "t", Number: 4, Parallelism: map[string]int{"s": 1, "b": 3},
+		Assignment: map[int]string{0: "w1", 1: "w2", 2: "w3", 3: "w3"}}
+	began := &Leader{g: Generation{Number: 4}, began: time.Now()}
+	alo := Config{Guarantee: AtLeastOnce}
+	now := time.Now()
+	l := &leading{lg: began}
+
+	moved, dead, ok := l.move(gen, tasks, alo, gen.Parallelism, []string{"w1", "w3"}, now)
+	if !ok || len(dead) != 1 || dead[0] != "w2" {
+		t.Fatalf("w2 (stateless) died: move = %v, dead %v", ok, dead)
+	}
+	if m := moved.Moves["w2"]; m.Incarnation != 1 || (m.To != "w1" && m.To != "w3") || !m.At.Equal(now) {
+		t.Fatalf("w2's slot moved as %+v", m)
+	}
+	if len(gen.Moves) != 0 {
+		t.Fatal("move changed the generation it was given")
+	}
+	// The new owner dies in turn, and with it w3's own slot: both move,
+	// w2's slot as its second incarnation.
+	moved.Moves["w2"] = cluster.Move{To: "w3", Incarnation: 1}
+	again, dead, ok := l.move(moved, tasks, alo, gen.Parallelism, []string{"w1"}, now)
+	if !ok || len(dead) != 1 || dead[0] != "w3" || again.Moves["w2"] != (cluster.Move{To: "w1", Incarnation: 2, At: now}) || again.Moves["w3"].To != "w1" {
+		t.Fatalf("w3 died with w2's slot: move = %v, dead %v, moves %+v", ok, dead, again.Moves)
+	}
+	for what, c := range map[string]struct {
+		l     *leading
+		cfg   Config
+		names []string
+		par   map[string]int
+	}{
+		"a stateful slot":           {l, alo, []string{"w2", "w3"}, gen.Parallelism},
+		"exactly-once":              {l, Config{Guarantee: ExactlyOnce}, []string{"w1", "w3"}, gen.Parallelism},
+		"a generation not begun":    {&leading{lg: &Leader{g: Generation{Number: 4}}}, alo, []string{"w1", "w3"}, gen.Parallelism},
+		"another generation's lead": {&leading{lg: &Leader{g: Generation{Number: 3}, began: now}}, alo, []string{"w1", "w3"}, gen.Parallelism},
+		"no lead":                   {&leading{}, alo, []string{"w1", "w3"}, gen.Parallelism},
+		"a pending rebalance":       {l, alo, []string{"w1", "w3"}, map[string]int{"s": 1, "b": 4}},
+		"nobody dead":               {l, alo, []string{"w1", "w2", "w3"}, gen.Parallelism},
+	} {
+		if _, _, ok := c.l.move(gen, tasks, c.cfg, c.par, c.names, now); ok {
+			t.Errorf("%s: the leader moved a slot", what)
+		}
+	}
+}
+
+// TestLayoutOfMoves: a moved slot keeps its number; its incarnation and
+// the time its owner died reach the runtime's generation.
+func TestLayoutOfMoves(t *testing.T) {
+	at := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	g := cluster.Generation{Number: 2, Assignment: map[int]string{0: "a", 1: "b", 2: "c"},
+		Moves: map[string]cluster.Move{"b": {To: "c", Incarnation: 3, At: at}}}
+	wg, err := layout(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wg.Slots != 3 || wg.Assign[1] != 1 || wg.incarnation(1) != 3 || wg.incarnation(0) != 0 || !wg.DiedAt[1].Equal(at) {
+		t.Fatalf("layout = %+v", wg)
+	}
+	if FrameEpoch(2, 3)>>incarnationBits != 2 || FrameEpoch(2, 3) <= FrameEpoch(2, 0) || FrameEpoch(3, 0) <= FrameEpoch(2, 1<<incarnationBits-1) {
+		t.Fatal("frame epochs do not order by generation, then incarnation")
 	}
 }

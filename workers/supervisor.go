@@ -152,11 +152,7 @@ func (s *supervisor) detect() {
 					continue
 				}
 				s.warned[slot] = false
-				// In exactly-once mode any worker's death rolls back, not
-				// only one that held state: replays after a death come out
-				// of the sources' order, which event-time logic cannot
-				// always absorb, while a rollback replays in order.
-				if s.r.ckpt != nil && (s.r.cfg.Guarantee == ExactlyOnce || !slices.Contains(s.r.plan.stateless, slot)) {
+				if rollsBack(s.r.cfg.Guarantee, s.r.ckpt != nil, slices.Contains(s.r.plan.stateless, slot)) {
 					s.rollback(slot, now)
 				} else {
 					s.replace(slot, now)
@@ -166,6 +162,20 @@ func (s *supervisor) detect() {
 			}
 		}
 	}
+}
+
+// rollsBack is the recovery policy of both modes for a worker slot that
+// died: roll every task back to the latest checkpoint, or give the slot a
+// new owner (local mode: a new incarnation in place; cluster mode: another
+// worker process) and replay only the trees in flight. A slot with state
+// (a spout, a keyed or Stateful bolt, a transactional sink) rolls back
+// when there are checkpoints to restore; without them (local mode only)
+// its state is lost either way. In exactly-once any death rolls back, not
+// only one that held state: replays after a death come out of the
+// sources' order, which event-time logic cannot always absorb, while a
+// rollback replays in order.
+func rollsBack(g Guarantee, checkpoints, stateless bool) bool {
+	return checkpoints && (g == ExactlyOnce || !stateless)
 }
 
 // gone reports whether slot's worker really died (its connection is closed),
