@@ -94,6 +94,7 @@ type coordinator struct {
 	mu        sync.Mutex
 	interrupt chan struct{}
 	halted    atomic.Bool   // a rollback is waiting for mu or holds it
+	held      atomic.Bool   // a slot is changing owner: periodic checkpoints wait (hold)
 	next      uint64        // the next epoch number; guarded by mu
 	committed atomic.Uint64 // the latest complete epoch; written under mu
 
@@ -205,6 +206,9 @@ func (c *coordinator) takeOne(ctx context.Context, final bool) error {
 	if c.halted.Load() {
 		return nil // a rollback comes first; the next interval checkpoints its workers
 	}
+	if c.held.Load() && !final {
+		return nil // a slot's new tasks could not answer yet; see hold
+	}
 	select {
 	case <-c.interrupt: // a stale interruption from a rollback already done
 	default:
@@ -300,8 +304,24 @@ func (c *coordinator) send(op ckptOp, e uint64) {
 	c.nc.Flush()
 }
 
-// errInterrupted is returned when a rollback interrupts a checkpoint.
-var errInterrupted = errors.New("interrupted by a rollback")
+// errInterrupted is returned when a rollback, or a slot changing owner,
+// interrupts a checkpoint.
+var errInterrupted = errors.New("interrupted: a worker slot died")
+
+// hold makes a checkpoint in progress give up, and the periodic ones wait
+// until release: a slot is changing owner, and its new tasks can answer a
+// checkpoint only once they have subscribed (a checkpoint that asked
+// before would keep the spouts paused until it timed out).
+func (c *coordinator) hold() {
+	c.held.Store(true)
+	select {
+	case c.interrupt <- struct{}{}:
+	default:
+	}
+}
+
+// release lets the periodic checkpoints go on after hold.
+func (c *coordinator) release() { c.held.Store(false) }
 
 // wait collects replies of epoch e until every task in want has answered
 // phase. A failed reply, the deadline or an interruption end it with an

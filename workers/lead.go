@@ -229,7 +229,17 @@ func (l *leading) decide() error {
 		reason = "submitted"
 	case !allLive(owners, names):
 		if moved, dead, ok := l.move(gen, tasks, cfg, par, names, now); ok {
+			// Held before the amendment is out: a checkpoint begun
+			// after it could ask the moved tasks before they subscribed.
+			incs := map[int]uint64{}
+			for slot, m := range slots(gen) {
+				if mv, ok := moved.Moves[m]; ok && mv != gen.Moves[m] {
+					incs[slot] = mv.Incarnation
+				}
+			}
+			cancel := l.lg.awaitMoves(incs)
 			if _, err := r.n.gens.Amend(l.ctx, moved, genRev); err != nil {
+				cancel()
 				return err
 			}
 			for from, mv := range moved.Moves {

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,12 +16,15 @@ import (
 // Leader is the topology leader's part of one generation: it begins the
 // generation once every slot is ready, then takes its checkpoints.
 type Leader struct {
-	r      *run
-	g      Generation
-	nc     *nats.Conn
-	sub    *nats.Subscription
-	coord  *coordinator
-	ready  map[int]bool
+	r     *run
+	g     Generation
+	nc    *nats.Conn
+	sub   *nats.Subscription
+	coord *coordinator
+	ready map[int]bool
+	// moving are the slots changing owner, with the incarnation whose
+	// "ready" ends the checkpoints' hold (awaitMoves).
+	moving map[int]uint64
 	mu     sync.Mutex
 	begun  chan struct{}
 	began  time.Time
@@ -51,7 +55,7 @@ func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	if err != nil {
 		return nil, fmt.Errorf("workers: leader cannot connect to NATS at %s: %w", r.url, err)
 	}
-	l := &Leader{r: r, g: g, nc: nc, ready: map[int]bool{}, begun: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Leader{r: r, g: g, nc: nc, ready: map[int]bool{}, moving: map[int]uint64{}, begun: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	if l.coord, err = newCoordinator(ctx, r, nc, r.store, g.RestoreFrom); err != nil {
 		nc.Close()
 		return nil, err
@@ -69,21 +73,29 @@ func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	return l, nil
 }
 
-// onBarrier counts "ready" slots and says "begin" once all are, and again
-// to any slot that says "ready" later (it missed the first).
+// onBarrier counts "ready <generation> <slot> <incarnation>" messages and
+// says "begin" once every slot is ready, and again to any slot that says
+// "ready" later (it missed the first, or moved to another worker).
 func (l *Leader) onBarrier(m *nats.Msg) {
 	f := strings.Fields(string(m.Data))
-	if len(f) != 3 || f[0] != "ready" {
+	if len(f) != 4 || f[0] != "ready" {
 		return
 	}
 	gen, err1 := strconv.ParseUint(f[1], 10, 64)
 	slot, err2 := strconv.Atoi(f[2])
-	if err1 != nil || err2 != nil || gen != l.g.Number || slot < 0 || slot >= l.g.Slots {
+	inc, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || gen != l.g.Number || slot < 0 || slot >= l.g.Slots {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ready[slot] = true
+	if want, ok := l.moving[slot]; ok && inc >= want {
+		delete(l.moving, slot)
+		if len(l.moving) == 0 {
+			l.coord.release()
+		}
+	}
 	if len(l.ready) < l.g.Slots || l.closed {
 		return
 	}
@@ -108,6 +120,42 @@ func (l *Leader) loop(ctx context.Context) {
 		return
 	}
 	l.coord.loop(ctx, l.r.cfg.checkpointEvery(), l.stop)
+}
+
+// awaitMoves holds the generation's checkpoints while slots change owner
+// (a slot and the incarnation it moves as): a checkpoint in progress gives
+// up, since the dead owner's tasks never answer it, and the next waits
+// until every moved slot's new owner says it is ready, so that its tasks
+// have subscribed to the checkpoint commands. If one never does, the
+// checkpoints go on after twice the checkpoint timeout. cancel ends the
+// wait at once (the moves were not written after all).
+func (l *Leader) awaitMoves(slots map[int]uint64) (cancel func()) {
+	l.mu.Lock()
+	maps.Copy(l.moving, slots)
+	l.mu.Unlock()
+	l.coord.hold()
+	giveUp := func(why string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for slot, inc := range slots {
+			if l.moving[slot] == inc {
+				if why != "" {
+					l.r.log.Warn().Int("slot", slot).Uint64("incarnation", inc).Msg(why)
+				}
+				delete(l.moving, slot)
+			}
+		}
+		if len(l.moving) == 0 {
+			l.coord.release()
+		}
+	}
+	t := time.AfterFunc(2*l.r.cfg.CheckpointTimeout, func() {
+		giveUp("a moved slot's new owner is not ready yet; checkpoints go on without waiting")
+	})
+	return func() {
+		t.Stop()
+		giveUp("")
+	}
 }
 
 // Begun is closed when every slot is ready and the generation began.

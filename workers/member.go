@@ -292,7 +292,7 @@ func (r *run) restoreEpoch(ctx context.Context, epoch uint64) error {
 // runs, and begins its checkpoints.
 func (m *Member) announce(subject string) {
 	defer m.wg.Done()
-	msg := []byte(fmt.Sprintf("ready %d %d", m.g.Number, m.slot))
+	msg := []byte(fmt.Sprintf("ready %d %d %d", m.g.Number, m.slot, m.g.incarnation(m.slot)))
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	begun := m.begun

@@ -156,6 +156,14 @@ func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
 		}
 		return true
 	})
+	// Checkpoints go on with the moved tasks answering: the leader's
+	// latest complete epoch advances past the one when the slot moved.
+	var movedAt uint64
+	nd.awaitReport(name, leader, 5*time.Second, func(rep workers.Report) bool {
+		movedAt = rep.Checkpoint
+		return rep.Leader
+	})
+	nd.awaitReport(name, leader, 10*time.Second, func(rep workers.Report) bool { return rep.Checkpoint > movedAt+1 })
 	time.Sleep(time.Second) // the records flow on without it
 	nets[victim].heal()
 	// Back, it has no slot: a handover brings it in.

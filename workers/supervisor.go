@@ -211,6 +211,10 @@ func (s *supervisor) replace(slot int, now time.Time) {
 	s.mu.Lock()
 	known := append([]uint64(nil), s.inc...)
 	s.mu.Unlock()
+	if c := s.r.ckpt; c != nil {
+		c.hold()
+		defer c.release()
+	}
 	if err := s.startSlot(slot, true, known); err != nil {
 		s.r.log.Error().Err(err).Int("worker", slot).Msg("cannot restart worker; will retry")
 		return
