@@ -155,5 +155,6 @@ var (
 	NATSReconnects  = family("ackflow_nats_reconnects_total", Counter, topologyLabels, "Reconnections of the workers' NATS connections (a NATS server restarted or was unreachable).")
 	SlowConsumers   = family("ackflow_nats_slow_consumers_total", Counter, topologyLabels, "Slow-consumer errors the NATS client reported on the workers' connections (messages dropped for them are recovered as lost frames).")
 	InvalidEntries  = family("ackflow_invalid_kv_entries_total", Counter, topologyLabels, "Cluster mode, on the topology leader: entries no ackflow program writes (garbage, another topology's, a stale number) found where the topology's generation belongs; the leader wrote a new generation over each.")
+	SlotMoves       = family("ackflow_slot_moves_total", Counter, topologyLabels, "Cluster mode, on the topology leader: dead workers whose slots, all of whose tasks were stateless, moved to a live worker within the running generation (at-least-once) instead of rolling the topology back.")
 	Recovery        = family("ackflow_recovery_seconds", Gauge, topologyLabels, "The latest failover. Local mode: from the crash of a worker until every tree in flight at the crash completed (or, with checkpoints and state lost, until every task restored). Cluster mode, on the topology leader: from noticing the loss of a worker until the new generation's tasks began.")
 )

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ackflow/ackflow/chaos"
 	"github.com/ackflow/ackflow/cluster"
+	"github.com/ackflow/ackflow/metrics"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
 	"github.com/nats-io/nats.go"
@@ -68,8 +69,10 @@ func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
 		c.MaxAttempts = 0 // the oracle needs every record
 	}
 	nets := map[string]*cutter{}
+	regs := map[string]*metrics.Registry{}
 	members := []string{"n1", "n2", "n3", "n4"}
 	for _, m := range members {
+		regs[m] = metrics.NewRegistry()
 		net := &cutter{}
 		nets[m] = net
 		configure := nd.configure
@@ -77,7 +80,7 @@ func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
 			configure(c)
 			c.NATSOptions = append(c.NATSOptions, nats.SetCustomDialer(net), nats.ReconnectWait(50*time.Millisecond))
 		}
-		nd.start(m)
+		nd.startWith(m, regs[m])
 		nd.configure = configure
 	}
 	ctx := context.Background()
@@ -156,6 +159,9 @@ func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
 		}
 		return true
 	})
+	if got := gatherRegistry(t, regs[leader]).sum("ackflow_slot_moves_total", map[string]string{"topology": name}); got != 1 {
+		t.Fatalf("the leader %s counts %v slot moves, want 1", leader, got)
+	}
 	// Checkpoints go on with the moved tasks answering: the leader's
 	// latest complete epoch advances past the one when the slot moved.
 	var movedAt uint64

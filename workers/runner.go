@@ -508,6 +508,7 @@ func (r *runner) writeMetrics(w *metrics.Writer) {
 		w.Add(metrics.Recovery, time.Duration(d).Seconds(), r.name)
 	}
 	w.Add(metrics.InvalidEntries, float64(r.invalid.Load()), r.name)
+	w.Add(metrics.SlotMoves, float64(r.moves.Load()), r.name)
 }
 
 // report publishes what this worker runs of the topology.
