@@ -46,6 +46,9 @@ type runner struct {
 	members map[int]*Member
 	gen     uint64
 	failed  chan *Member
+	// waiting is the newest generation, if it came before its submission
+	// reached this worker (onGeneration).
+	waiting *cluster.Generation
 	lastErr string
 	store   checkpoint.Store
 	built   map[uint64]*topology.Topology // by spec revision
@@ -190,10 +193,18 @@ func (r *runner) run(parent context.Context) {
 		case g := <-gens:
 			r.onGeneration(ctx, g)
 		case <-r.changed:
-			if _, _, ok := r.currentSpec(); !ok && len(r.members) > 0 {
+			spec, _, ok := r.currentSpec()
+			switch {
+			case !ok && len(r.members) > 0:
 				// Killed (after the leader's final checkpoint) or finished:
 				// the spouts are paused and every tree is done.
 				r.endMembers(false)
+			case ok && r.waiting != nil:
+				g := *r.waiting
+				r.waiting = nil
+				if !g.Created.Before(spec.Submitted) {
+					r.onGeneration(ctx, g)
+				}
 			}
 		case m := <-r.failed:
 			if r.members[m.slot] != m {
@@ -322,11 +333,19 @@ func (r *runner) onGeneration(ctx context.Context, g cluster.Generation) {
 	// Every task of the new generation restores its checkpoint: what the
 	// old one holds is dropped, as if the process had died.
 	r.endMembers(true)
-	r.gen = g.Number
 	spec, rev, ok := r.currentSpec()
 	if !ok {
+		// The registry and the generations are watched apart, so the
+		// first generation of a new submission can come before the
+		// submission itself; it is joined when the submission comes
+		// (a worker that dropped it stalled the generation's start
+		// barrier for good).
+		r.waiting = &g
+		r.log.Debug().Uint64("generation", g.Number).Msg("a generation of a topology not running here; waiting for its submission")
 		return
 	}
+	r.waiting = nil
+	r.gen = g.Number
 	mine := r.ownSlots(g)
 	if len(mine) == 0 {
 		r.lastErr = ""

@@ -121,3 +121,21 @@ func TestLayoutOfMoves(t *testing.T) {
 		t.Fatal("frame epochs do not order by generation, then incarnation")
 	}
 }
+
+// TestGenerationBeforeItsSubmissionWaits: a generation that reaches a
+// worker before the submission it runs (the two are watched apart) is
+// kept, not dropped, so that the worker joins it when the submission
+// comes; dropping it held the generation's start barrier for good.
+func TestGenerationBeforeItsSubmissionWaits(t *testing.T) {
+	r := &runner{members: map[int]*Member{}, gen: 14}
+	r.spec = cluster.Spec{Name: "wc", State: cluster.StateFinished}
+	g := cluster.Generation{Topology: "wc", Number: 15, Created: time.Now()}
+	r.onGeneration(context.Background(), g)
+	if r.waiting == nil || r.waiting.Number != 15 || r.gen != 14 {
+		t.Fatalf("after generation 15 of a finished topology: waiting %v, generation %d", r.waiting, r.gen)
+	}
+	r.onGeneration(context.Background(), cluster.Generation{Topology: "wc", Number: 13})
+	if r.waiting.Number != 15 {
+		t.Fatalf("an older generation replaced the waiting one: %v", r.waiting)
+	}
+}
