@@ -153,8 +153,10 @@ func (m *runMetrics) writeWorker(w *metrics.Writer, topo string) {
 	}
 	if m.r.cfg.assign == nil {
 		// Local mode keeps no generations in a KV bucket: none can be
-		// invalid. In cluster mode the topology's leader writes it.
+		// invalid, and its slots restart in place rather than move. In
+		// cluster mode the topology's leader writes both.
 		w.Add(metrics.InvalidEntries, 0, topo)
+		w.Add(metrics.SlotMoves, 0, topo)
 	}
 }
 
