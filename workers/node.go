@@ -114,11 +114,14 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 			n.prints[name] = Fingerprint(topo)
 		}
 	}
-	if err := n.answerPresence(); err != nil {
-		return fmt.Errorf("workers: cannot subscribe to %s: %w", presenceSubject(n.cfg.Name), err)
-	}
 	if err := n.join(ctx); err != nil {
 		return err
+	}
+	// Only once joined: while this process waits for its name, the entry
+	// under it is a dead process's, and an answer here would make the
+	// leaders take that one for alive (and give it tasks).
+	if err := n.answerPresence(); err != nil {
+		return fmt.Errorf("workers: cannot subscribe to %s: %w", presenceSubject(n.cfg.Name), err)
 	}
 	n.log.Info().Strs("topologies", slices.Sorted(maps.Keys(cfg.Topologies))).Msg("joined the cluster")
 	err = n.watchRegistry(ctx)
