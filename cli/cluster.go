@@ -273,6 +273,9 @@ type workerStatus struct {
 	Records      int64  `json:"records"`
 	FencedFrames int64  `json:"fenced_frames"`
 	Error        string `json:"error,omitempty"`
+	// Updated is when the worker wrote the report: a worker that died
+	// leaves its last one until the statuses bucket expires it.
+	Updated time.Time `json:"updated"`
 }
 
 func readStatus(ctx context.Context, c *conn, name string) (*status, error) {
@@ -300,7 +303,7 @@ func readStatus(ctx context.Context, c *conn, name string) (*status, error) {
 			continue
 		}
 		byMember[rep.Member] = rep
-		st.Workers = append(st.Workers, workerStatus{Name: rep.Member, Generation: rep.Generation, Error: rep.Error})
+		st.Workers = append(st.Workers, workerStatus{Name: rep.Member, Generation: rep.Generation, Error: rep.Error, Updated: rep.Updated})
 		w := &st.Workers[len(st.Workers)-1]
 		if rep.Status != nil {
 			w.Records, w.FencedFrames = rep.Status.Records, rep.Status.FencedFrames

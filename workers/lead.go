@@ -229,23 +229,8 @@ func (l *leading) decide() error {
 		reason = "submitted"
 	case !allLive(owners, names):
 		if moved, dead, ok := l.move(gen, tasks, cfg, par, names, now); ok {
-			// Held before the amendment is out: a checkpoint begun
-			// after it could ask the moved tasks before they subscribed.
-			incs := map[int]uint64{}
-			for slot, m := range slots(gen) {
-				if mv, ok := moved.Moves[m]; ok && mv != gen.Moves[m] {
-					incs[slot] = mv.Incarnation
-				}
-			}
-			cancel := l.lg.awaitMoves(incs)
-			if _, err := r.n.gens.Amend(l.ctx, moved, genRev); err != nil {
-				cancel()
+			if err := l.amend(gen, moved, genRev, "moved a dead worker's stateless tasks to a live one; the trees in flight replay, nothing rolls back"); err != nil {
 				return err
-			}
-			for from, mv := range moved.Moves {
-				if mv != gen.Moves[from] {
-					r.log.Warn().Uint64("generation", gen.Number).Str("slot_of", from).Str("to", mv.To).Uint64("incarnation", mv.Incarnation).Msg("moved a dead worker's stateless tasks to a live one; the trees in flight replay, nothing rolls back")
-				}
 			}
 			r.moves.Add(int64(len(dead)))
 			return nil
@@ -257,7 +242,11 @@ func (l *leading) decide() error {
 		len(gen.Moves) > 0 && !allLive(names, owners):
 		// After moves the assignment is no longer the one the live workers
 		// would get anew; only a worker without a slot is a join.
-		reason, handover = "worker "+strings.Join(missing(names, owners), ", ")+" joined", true
+		joined := missing(names, owners)
+		if back, ok := l.moveBack(gen, joined, now); ok {
+			return l.amend(gen, back, genRev, "gave a worker that came back the slot that had moved away from it; the trees in flight replay")
+		}
+		reason, handover = "worker "+strings.Join(joined, ", ")+" joined", true
 	}
 	if reason == "" {
 		if err := l.adopt(gen, topo, cfg); err != nil {
@@ -346,6 +335,55 @@ func (l *leading) move(gen cluster.Generation, tasks []TaskRef, cfg Config, par 
 		}
 	}
 	return next, dead, len(dead) > 0
+}
+
+// moveBack gives workers that came back the slots that moved away from
+// them when they were taken for dead (all stateless, or they would not
+// have moved), within the running generation: cheaper than the handover
+// a join otherwise is (a final checkpoint, every task restoring it), at
+// the price of replaying the trees in flight. Only when every joined
+// worker is such a one; otherwise the handover places them all.
+func (l *leading) moveBack(gen cluster.Generation, joined []string, now time.Time) (cluster.Generation, bool) {
+	if len(joined) == 0 || l.lg == nil || l.lg.g.Number != gen.Number {
+		return gen, false
+	}
+	if _, began := l.lg.beganAt(); !began {
+		return gen, false
+	}
+	next := gen
+	next.Moves = maps.Clone(gen.Moves)
+	for _, w := range joined {
+		mv, ok := gen.Moves[w]
+		if !ok || mv.To == w || mv.Incarnation+1 >= 1<<incarnationBits {
+			return gen, false
+		}
+		next.Moves[w] = cluster.Move{To: w, Incarnation: mv.Incarnation + 1, At: now}
+	}
+	return next, true
+}
+
+// amend writes next, gen with slots moved, over gen at rev, holding the
+// checkpoints until the moved slots' new owners are ready.
+func (l *leading) amend(gen, next cluster.Generation, rev uint64, why string) error {
+	// Held before the amendment is out: a checkpoint begun after it could
+	// ask the moved tasks before they subscribed.
+	incs := map[int]uint64{}
+	for slot, m := range slots(gen) {
+		if mv, ok := next.Moves[m]; ok && mv != gen.Moves[m] {
+			incs[slot] = mv.Incarnation
+		}
+	}
+	cancel := l.lg.awaitMoves(incs)
+	if _, err := l.r.n.gens.Amend(l.ctx, next, rev); err != nil {
+		cancel()
+		return err
+	}
+	for from, mv := range next.Moves {
+		if mv != gen.Moves[from] {
+			l.r.log.Warn().Uint64("generation", gen.Number).Str("slot_of", from).Str("to", mv.To).Uint64("incarnation", mv.Incarnation).Msg(why)
+		}
+	}
+	return nil
 }
 
 // owners are the workers that run gen's slots, sorted.

@@ -139,3 +139,30 @@ func TestGenerationBeforeItsSubmissionWaits(t *testing.T) {
 		t.Fatalf("an older generation replaced the waiting one: %v", r.waiting)
 	}
 }
+
+// TestLeaderMovesASlotBackToItsWorker: a worker that comes back gets the
+// slot that moved away from it, within the generation, unless a worker
+// without such a slot joins with it (that one needs the handover).
+func TestLeaderMovesASlotBackToItsWorker(t *testing.T) {
+	now := time.Now()
+	gen := cluster.Generation{Topology: "t", Number: 4, Assignment: map[int]string{0: "w1", 1: "w2", 2: "w3"},
+		Moves: map[string]cluster.Move{"w2": {To: "w3", Incarnation: 1}}}
+	l := &leading{lg: &Leader{g: Generation{Number: 4}, began: now}}
+	back, ok := l.moveBack(gen, []string{"w2"}, now)
+	if !ok || back.Moves["w2"] != (cluster.Move{To: "w2", Incarnation: 2, At: now}) || gen.Moves["w2"].To != "w3" {
+		t.Fatalf("w2 came back: %v, moves %+v (given %+v)", ok, back.Moves, gen.Moves)
+	}
+	for what, c := range map[string]struct {
+		l      *leading
+		joined []string
+	}{
+		"a new worker with it":   {l, []string{"w2", "w4"}},
+		"a new worker":           {l, []string{"w4"}},
+		"a generation not begun": {&leading{lg: &Leader{g: Generation{Number: 4}}}, []string{"w2"}},
+		"no lead":                {&leading{}, []string{"w2"}},
+	} {
+		if _, ok := c.l.moveBack(gen, c.joined, now); ok {
+			t.Errorf("%s: the leader moved a slot back", what)
+		}
+	}
+}
