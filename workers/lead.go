@@ -229,7 +229,10 @@ func (l *leading) decide() error {
 		reason = "submitted"
 	case !allLive(owners, names):
 		if moved, dead, ok := l.move(gen, tasks, cfg, par, names, now); ok {
-			if err := l.amend(gen, moved, genRev, "moved a dead worker's stateless tasks to a live one; the trees in flight replay, nothing rolls back"); err != nil {
+			// The failover ends when the moved tasks run: their new owner
+			// says it is ready.
+			recovered := func() { r.recovery.Store(int64(time.Since(now))) }
+			if err := l.amend(gen, moved, genRev, recovered, "moved a dead worker's stateless tasks to a live one; the trees in flight replay, nothing rolls back"); err != nil {
 				return err
 			}
 			r.moves.Add(int64(len(dead)))
@@ -244,7 +247,7 @@ func (l *leading) decide() error {
 		// would get anew; only a worker without a slot is a join.
 		joined := missing(names, owners)
 		if back, ok := l.moveBack(gen, joined, now); ok {
-			return l.amend(gen, back, genRev, "gave a worker that came back the slot that had moved away from it; the trees in flight replay")
+			return l.amend(gen, back, genRev, nil, "gave a worker that came back the slot that had moved away from it; the trees in flight replay")
 		}
 		reason, handover = "worker "+strings.Join(joined, ", ")+" joined", true
 	}
@@ -363,8 +366,9 @@ func (l *leading) moveBack(gen cluster.Generation, joined []string, now time.Tim
 }
 
 // amend writes next, gen with slots moved, over gen at rev, holding the
-// checkpoints until the moved slots' new owners are ready.
-func (l *leading) amend(gen, next cluster.Generation, rev uint64, why string) error {
+// checkpoints until the moved slots' new owners are ready; then it calls
+// done, if set.
+func (l *leading) amend(gen, next cluster.Generation, rev uint64, done func(), why string) error {
 	// Held before the amendment is out: a checkpoint begun after it could
 	// ask the moved tasks before they subscribed.
 	incs := map[int]uint64{}
@@ -373,7 +377,7 @@ func (l *leading) amend(gen, next cluster.Generation, rev uint64, why string) er
 			incs[slot] = mv.Incarnation
 		}
 	}
-	cancel := l.lg.awaitMoves(incs)
+	cancel := l.lg.awaitMoves(incs, done)
 	if _, err := l.r.n.gens.Amend(l.ctx, next, rev); err != nil {
 		cancel()
 		return err

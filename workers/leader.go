@@ -25,6 +25,7 @@ type Leader struct {
 	// moving are the slots changing owner, with the incarnation whose
 	// "ready" ends the checkpoints' hold (awaitMoves).
 	moving map[int]uint64
+	waits  map[int]*moveWait // by slot: who to tell once a move is done
 	mu     sync.Mutex
 	begun  chan struct{}
 	began  time.Time
@@ -55,7 +56,7 @@ func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	if err != nil {
 		return nil, fmt.Errorf("workers: leader cannot connect to NATS at %s: %w", r.url, err)
 	}
-	l := &Leader{r: r, g: g, nc: nc, ready: map[int]bool{}, moving: map[int]uint64{}, begun: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Leader{r: r, g: g, nc: nc, ready: map[int]bool{}, moving: map[int]uint64{}, waits: map[int]*moveWait{}, begun: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	if l.coord, err = newCoordinator(ctx, r, nc, r.store, g.RestoreFrom); err != nil {
 		nc.Close()
 		return nil, err
@@ -87,6 +88,12 @@ func (l *Leader) onBarrier(m *nats.Msg) {
 	if err1 != nil || err2 != nil || err3 != nil || gen != l.g.Number || slot < 0 || slot >= l.g.Slots {
 		return
 	}
+	var moved func()
+	defer func() {
+		if moved != nil {
+			moved()
+		}
+	}()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ready[slot] = true
@@ -94,6 +101,12 @@ func (l *Leader) onBarrier(m *nats.Msg) {
 		delete(l.moving, slot)
 		if len(l.moving) == 0 {
 			l.coord.release()
+		}
+		if w := l.waits[slot]; w != nil {
+			delete(l.waits, slot)
+			if w.left--; w.left == 0 {
+				moved = w.done
+			}
 		}
 	}
 	if len(l.ready) < l.g.Slots || l.closed {
@@ -127,11 +140,16 @@ func (l *Leader) loop(ctx context.Context) {
 // up, since the dead owner's tasks never answer it, and the next waits
 // until every moved slot's new owner says it is ready, so that its tasks
 // have subscribed to the checkpoint commands. If one never does, the
-// checkpoints go on after twice the checkpoint timeout. cancel ends the
-// wait at once (the moves were not written after all).
-func (l *Leader) awaitMoves(slots map[int]uint64) (cancel func()) {
+// checkpoints go on after twice the checkpoint timeout. done, if set, is
+// called once every one of these slots' new owners is ready. cancel ends
+// the wait at once (the moves were not written after all).
+func (l *Leader) awaitMoves(slots map[int]uint64, done func()) (cancel func()) {
 	l.mu.Lock()
 	maps.Copy(l.moving, slots)
+	w := &moveWait{left: len(slots), done: done}
+	for slot := range slots {
+		l.waits[slot] = w
+	}
 	l.mu.Unlock()
 	l.coord.hold()
 	giveUp := func(why string) {
@@ -143,6 +161,9 @@ func (l *Leader) awaitMoves(slots map[int]uint64) (cancel func()) {
 					l.r.log.Warn().Int("slot", slot).Uint64("incarnation", inc).Msg(why)
 				}
 				delete(l.moving, slot)
+			}
+			if l.waits[slot] == w {
+				delete(l.waits, slot)
 			}
 		}
 		if len(l.moving) == 0 {
@@ -156,6 +177,13 @@ func (l *Leader) awaitMoves(slots map[int]uint64) (cancel func()) {
 		t.Stop()
 		giveUp("")
 	}
+}
+
+// moveWait is one awaitMoves call: how many of its slots' new owners are
+// not ready yet, and what to call when all are.
+type moveWait struct {
+	left int
+	done func()
 }
 
 // Begun is closed when every slot is ready and the generation began.

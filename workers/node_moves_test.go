@@ -161,9 +161,22 @@ func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
 		return true
 	}
 	nd.awaitReport(name, mv.To, 10*time.Second, runs)
-	if got := gatherRegistry(t, regs[leader]).sum("ackflow_slot_moves_total", map[string]string{"topology": name}); got != 1 {
+	leaderMetrics := gatherRegistry(t, regs[leader])
+	if got := leaderMetrics.sum("ackflow_slot_moves_total", map[string]string{"topology": name}); got != 1 {
 		t.Fatalf("the leader %s counts %v slot moves, want 1", leader, got)
 	}
+	// The failover took from noticing the death until the new owner was
+	// ready: more than nothing, less than the time since the cut. (The
+	// leader records it right after it answers the new owner's "ready",
+	// so it may lag the new owner's report by a moment.)
+	recovery := 0.0
+	for deadline := time.Now().Add(2 * time.Second); recovery == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		recovery = gatherRegistry(t, regs[leader]).sum("ackflow_recovery_seconds", map[string]string{"topology": name})
+	}
+	if recovery <= 0 || recovery > time.Since(cut).Seconds() {
+		t.Fatalf("the leader %s shows a recovery of %v s, %v after the cut", leader, recovery, time.Since(cut))
+	}
+	t.Logf("recovery as the leader measured it: %.3f s", recovery)
 	// Checkpoints go on with the moved tasks answering: the leader's
 	// latest complete epoch advances past the one when the slot moved.
 	var movedAt uint64
