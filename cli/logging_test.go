@@ -28,15 +28,7 @@ func TestLogLevelCommand(t *testing.T) {
 	if err := reg.Submit(ctx, cluster.Spec{Name: "wordcount", Guarantee: "at-least-once"}); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) (string, error) {
-		root := NewRoot(Bundled())
-		var out bytes.Buffer
-		root.SetOut(&out)
-		root.SetErr(&out)
-		root.SetArgs(append(args, "--nats", url))
-		err := root.Execute()
-		return out.String(), err
-	}
+	run := func(args ...string) (string, error) { return runAgainst(url, args...) }
 	level := func() string {
 		spec, _, err := reg.Get(ctx, "wordcount")
 		if err != nil {
@@ -56,4 +48,16 @@ func TestLogLevelCommand(t *testing.T) {
 	if _, err := run("loglevel", "nosuch", "info"); err == nil || !strings.Contains(err.Error(), "nosuch") {
 		t.Fatalf("loglevel of a topology never submitted: %v", err)
 	}
+}
+
+// runAgainst runs the ackflow command line with args against the NATS
+// server at url, and returns what it printed (out and err together).
+func runAgainst(url string, args ...string) (string, error) {
+	root := NewRoot(Bundled())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(append(args, "--nats", url))
+	err := root.Execute()
+	return out.String(), err
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -61,15 +60,11 @@ func TestStatusShowsAMovedSlotsOwner(t *testing.T) {
 	report("w1", workers.TaskStatus{Task: 0, Component: "lines", Spout: true, Pending: 5})
 	report("w3", workers.TaskStatus{Task: 2, Component: "split", Index: 1}, workers.TaskStatus{Task: 1, Component: "split", Queue: 7})
 	run := func(args ...string) string {
-		root := NewRoot(Bundled())
-		var out bytes.Buffer
-		root.SetOut(&out)
-		root.SetErr(&out)
-		root.SetArgs(append(args, "--nats", url))
-		if err := root.Execute(); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out.String())
+		out, err := runAgainst(url, args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
 		}
-		return out.String()
+		return out
 	}
 	var st status
 	if err := json.Unmarshal([]byte(run("status", "wordcount", "--json")), &st); err != nil {

@@ -145,6 +145,11 @@ func (s *generations) Next(ctx context.Context, g Generation, prevRev uint64) (u
 	if err := s.checkNumber(ctx, g, prevRev); err != nil {
 		return 0, err
 	}
+	return s.write(ctx, g, prevRev)
+}
+
+// write stores g by compare-and-set on prevRev (0: the key must not exist).
+func (s *generations) write(ctx context.Context, g Generation, prevRev uint64) (uint64, error) {
 	value, err := json.Marshal(g)
 	if err != nil {
 		return 0, fmt.Errorf("cluster: generation %d of topology %s cannot be encoded: %w", g.Number, g.Topology, err)
@@ -182,18 +187,7 @@ func (s *generations) Amend(ctx context.Context, g Generation, prevRev uint64) (
 	if err := checkAmend(prev, g); err != nil {
 		return 0, err
 	}
-	value, err := json.Marshal(g)
-	if err != nil {
-		return 0, fmt.Errorf("cluster: generation %d of topology %s cannot be encoded: %w", g.Number, g.Topology, err)
-	}
-	rev, err = s.b.update(ctx, g.Topology, value, prevRev)
-	if errors.Is(err, errKeyExists) || errors.Is(err, errRevMismatch) {
-		return 0, s.conflict(g, prevRev)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("cluster: cannot amend generation %d of topology %s in %s: %w; check the NATS connection, then read the current generation and retry", g.Number, g.Topology, s.b.where(), err)
-	}
-	return rev, nil
+	return s.write(ctx, g, prevRev)
 }
 
 // checkAmend refuses an amendment that changes more than the moves of

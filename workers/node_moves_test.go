@@ -14,7 +14,6 @@ import (
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // statelessPartial is partial without Snapshot and Restore: a stateless
@@ -232,18 +231,10 @@ func (t *tallies) excess(branch string, want int64) int64 {
 // awaitReport polls member's status report of topo until ok accepts it.
 func (n *nodes) awaitReport(topo, member string, d time.Duration, ok func(workers.Report) bool) {
 	n.t.Helper()
-	js, err := jetstream.New(n.nc)
-	if err != nil {
-		n.t.Fatal(err)
-	}
 	ctx := context.Background()
-	statuses, err := cluster.NewKVStatuses(ctx, js, nodeTiming)
-	if err != nil {
-		n.t.Fatal(err)
-	}
 	var last workers.Report
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		reports, err := statuses.List(ctx, topo)
+		reports, err := n.statuses.List(ctx, topo)
 		if err != nil {
 			n.t.Fatal(err)
 		}

@@ -130,15 +130,8 @@ func (c *cutter) heal() {
 // ends; the function it returns says how many frames the members resent,
 // at most, in the reports seen.
 func (n *nodes) watchResent(topo string) func() int64 {
-	js, err := jetstream.New(n.nc)
-	if err != nil {
-		n.t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	statuses, err := cluster.NewKVStatuses(ctx, js, nodeTiming)
-	if err != nil {
-		n.t.Fatal(err)
-	}
+	statuses := n.statuses
 	var most atomic.Int64
 	done := make(chan struct{})
 	go func() {

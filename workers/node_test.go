@@ -30,7 +30,9 @@ type nodes struct {
 	errs   map[string]chan error
 	reg    cluster.Registry
 	gens   cluster.Generations
-	nc     *nats.Conn
+	// statuses holds the nodes' status reports.
+	statuses cluster.Statuses
+	nc       *nats.Conn
 	// configure, if set, changes the runtime configuration of the nodes
 	// started after it is set.
 	configure func(*workers.Config)
@@ -64,6 +66,9 @@ func startNodes(t *testing.T, name string, build func(map[string]string) (*topol
 		t.Fatal(err)
 	}
 	if n.gens, err = cluster.NewKVGenerations(context.Background(), js); err != nil {
+		t.Fatal(err)
+	}
+	if n.statuses, err = cluster.NewKVStatuses(context.Background(), js, nodeTiming); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.stopAll)
@@ -230,14 +235,7 @@ func TestWorkerWithAnotherBuildGetsNoTasks(t *testing.T) {
 	if err := n.reg.Submit(ctx, cluster.Spec{Name: "versions", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(n.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	statuses, err := cluster.NewKVStatuses(ctx, js, nodeTiming)
-	if err != nil {
-		t.Fatal(err)
-	}
+	statuses := n.statuses
 	deadline := time.Now().Add(30 * time.Second)
 	for said := false; !said; {
 		reports, err := statuses.List(ctx, "versions")
