@@ -34,6 +34,13 @@ type leading struct {
 	// begins, the failover is over).
 	lostAt     time.Time
 	recovering *Leader
+
+	// Restarts after a worker's tasks failed (a spout or bolt that could
+	// not start or go on): how many in a row, the latest, and when the
+	// next may come, so that a failure that recurs at once does not spin.
+	failures  int
+	failedAt  time.Time
+	restartAt time.Time
 }
 
 // leadTopology is the election's onLead: it returns when ctx ends (the
@@ -220,6 +227,13 @@ func (l *leading) decide() error {
 	assign := cluster.Assign(r.name, ids, names)
 	current := genRev != 0 && (invalid || !gen.Created.Before(spec.Submitted))
 	owners := owners(gen)
+	var reports []Report
+	if current && !invalid {
+		if reports, err = l.reports(); err != nil {
+			return err
+		}
+	}
+	failed := failedIn(reports, gen.Number, owners)
 	var reason string
 	handover, lost := false, false
 	switch {
@@ -239,6 +253,16 @@ func (l *leading) decide() error {
 			return nil
 		}
 		reason, lost = "worker "+strings.Join(missing(owners, names), ", ")+" left", true
+	case len(failed) > 0:
+		if now.Before(l.restartAt) {
+			return nil // backing off: the same failure came back at once
+		}
+		if now.Sub(l.failedAt) > failureMemory {
+			l.failures = 0
+		}
+		l.failures++
+		l.failedAt, l.restartAt = now, now.Add(restartBackoff(l.failures))
+		reason, lost = "the tasks of worker "+strings.Join(failed, ", ")+" failed", true
 	case !maps.Equal(gen.Parallelism, par):
 		reason, handover = "rebalanced", true
 	case len(gen.Moves) == 0 && !maps.Equal(gen.Assignment, assign),
@@ -255,7 +279,7 @@ func (l *leading) decide() error {
 		if err := l.adopt(gen, topo, cfg); err != nil {
 			return err
 		}
-		return l.checkFinished(spec, specRev, gen)
+		return l.checkFinished(spec, specRev, gen, reports)
 	}
 	restore, err := l.restorePoint(spec, gen, current, handover, Fingerprint(topo))
 	if err != nil {
@@ -488,20 +512,15 @@ func (l *leading) kill(spec cluster.Spec, rev uint64, gen cluster.Generation) er
 
 // checkFinished ends a topology whose sources are all exhausted and whose
 // trees are all done, as three status rounds in a row report.
-func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Generation) error {
+func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Generation, reports []Report) error {
 	select {
 	case <-l.lg.Begun():
 	default:
 		return nil
 	}
-	reports, err := l.r.n.statuses.List(l.ctx, l.r.name)
-	if err != nil {
-		return err
-	}
 	done := map[string]bool{}
-	for _, cr := range reports {
-		rep, err := DecodeReport(cr)
-		if err != nil || rep.Generation != gen.Number || rep.Status == nil || !rep.Status.Begun {
+	for _, rep := range reports {
+		if rep.Generation != gen.Number || rep.Status == nil || !rep.Status.Begun {
 			continue
 		}
 		ok := true
@@ -522,7 +541,7 @@ func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Gener
 		return nil
 	}
 	fctx, cancel := context.WithTimeout(l.ctx, l.lg.r.cfg.CheckpointTimeout+5*time.Second)
-	err = l.lg.Final(fctx)
+	err := l.lg.Final(fctx)
 	cancel()
 	if err != nil {
 		l.streak = 0
@@ -530,6 +549,51 @@ func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Gener
 	}
 	l.r.log.Info().Uint64("epoch", l.lg.Latest()).Msg("the sources are exhausted and every record is processed; the topology is finished")
 	return l.setState(spec, rev, cluster.StateFinished)
+}
+
+// reports reads the workers' status reports of the topology, skipping
+// any that cannot be read.
+func (l *leading) reports() ([]Report, error) {
+	crs, err := l.r.n.statuses.List(l.ctx, l.r.name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Report, 0, len(crs))
+	for _, cr := range crs {
+		if rep, err := DecodeReport(cr); err == nil {
+			out = append(out, rep)
+		}
+	}
+	return out, nil
+}
+
+// failedIn returns, as "worker (why)", the owners of generation gen whose
+// tasks failed in it. Such a generation cannot go on (its start barrier
+// or its trees wait for those tasks), so the leader starts the next one
+// from the latest checkpoint, as after the loss of a worker.
+func failedIn(reports []Report, gen uint64, owners []string) []string {
+	var out []string
+	for _, rep := range reports {
+		if rep.Failed == gen && slices.Contains(owners, rep.Member) {
+			out = append(out, rep.Member+" ("+rep.Error+")")
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// failureMemory is how long a run of restarts after failures is
+// remembered: a failure after a generation has run that long without one
+// restarts at once again.
+const failureMemory = time.Minute
+
+// restartBackoff is how long the leader waits after the nth restart in a
+// row for failed tasks before it restarts again: 0.5 s, doubling up to
+// 30 s. A failure that recurs at once (a source that is down, a bolt that
+// cannot prepare) then costs a generation now and then, not a stream of
+// them, while its worker's report and the generation's reason say why.
+func restartBackoff(n int) time.Duration {
+	return min(500*time.Millisecond<<min(n-1, 10), 30*time.Second)
 }
 
 // setState moves the submission to state.

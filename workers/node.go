@@ -271,9 +271,12 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 
 // Report is what a worker publishes about its part of a topology.
 type Report struct {
-	Member       string        `json:"member"`
-	Generation   uint64        `json:"generation"`
-	Error        string        `json:"error,omitempty"`
+	Member     string `json:"member"`
+	Generation uint64 `json:"generation"`
+	Error      string `json:"error,omitempty"`
+	// Failed is the generation this worker's tasks failed in (Error says
+	// why): the leader starts the next one.
+	Failed       uint64        `json:"failed_generation,omitempty"`
 	Status       *MemberStatus `json:"status,omitempty"`
 	Leader       bool          `json:"leader,omitempty"`
 	Checkpoint   uint64        `json:"checkpoint,omitempty"` // leader: latest complete epoch

@@ -50,8 +50,11 @@ type runner struct {
 	// reached this worker (onGeneration).
 	waiting *cluster.Generation
 	lastErr string
-	store   checkpoint.Store
-	built   map[uint64]*topology.Topology // by spec revision
+	// failedGen is the generation this worker's tasks failed in (0:
+	// none): its report says so, and the leader starts the next one.
+	failedGen uint64
+	store     checkpoint.Store
+	built     map[uint64]*topology.Topology // by spec revision
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -210,8 +213,8 @@ func (r *runner) run(parent context.Context) {
 			if r.members[m.slot] != m {
 				continue // ended already
 			}
-			r.lastErr = m.Err().Error()
-			r.log.Error().Err(m.Err()).Msg("the tasks of this worker failed; the leader restarts the generation elsewhere")
+			r.lastErr, r.failedGen = m.Err().Error(), m.g.Number
+			r.log.Error().Err(m.Err()).Uint64("generation", m.g.Number).Msg("the tasks of this worker failed; the leader starts the next generation from the latest checkpoint")
 			r.endMembers(true)
 		case <-tick.C:
 			r.report(ctx)
@@ -428,8 +431,8 @@ func (r *runner) joinSlot(ctx context.Context, g cluster.Generation, spec cluste
 	case ctx.Err() == nil && r.newest.Load() > g.Number && errors.Is(err, context.Canceled):
 		r.log.Info().Uint64("generation", g.Number).Uint64("newer", r.newest.Load()).Msg("gave up joining a generation: a newer one is out")
 	default:
-		r.lastErr = err.Error()
-		r.log.Error().Err(err).Uint64("generation", g.Number).Int("slot", slot).Msg("cannot run this worker's tasks of the generation")
+		r.lastErr, r.failedGen = err.Error(), g.Number
+		r.log.Error().Err(err).Uint64("generation", g.Number).Int("slot", slot).Msg("cannot run this worker's tasks of the generation; the leader starts the next one from the latest checkpoint")
 	}
 	return false
 }
@@ -457,7 +460,7 @@ func (r *runner) join(ctx context.Context, g cluster.Generation, spec cluster.Sp
 		return err
 	}
 	r.members[slot] = m
-	r.lastErr = ""
+	r.lastErr, r.failedGen = "", 0
 	go func() {
 		select {
 		case <-m.Failed():
@@ -532,7 +535,7 @@ func (r *runner) writeMetrics(w *metrics.Writer) {
 
 // report publishes what this worker runs of the topology.
 func (r *runner) report(ctx context.Context) {
-	rep := Report{Member: r.n.cfg.Name, Error: r.lastErr, Updated: time.Now()}
+	rep := Report{Member: r.n.cfg.Name, Error: r.lastErr, Failed: r.failedGen, Updated: time.Now()}
 	for _, slot := range slices.Sorted(maps.Keys(r.members)) {
 		m := r.members[slot]
 		st := m.Status()

@@ -166,3 +166,13 @@ func TestLeaderMovesASlotBackToItsWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartBackoff: restarts for failed tasks wait 0.5 s, then twice as
+// long each time, never more than 30 s, however many came before.
+func TestRestartBackoff(t *testing.T) {
+	for n, want := range map[int]time.Duration{1: 500 * time.Millisecond, 2: time.Second, 3: 2 * time.Second, 7: 30 * time.Second, 1000: 30 * time.Second} {
+		if got := restartBackoff(n); got != want {
+			t.Errorf("restart %d waits %v, want %v", n, got, want)
+		}
+	}
+}

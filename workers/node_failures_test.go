@@ -1,0 +1,109 @@
+package workers_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ackflow/ackflow/cluster"
+	"github.com/ackflow/ackflow/flowtest"
+	"github.com/ackflow/ackflow/topology"
+)
+
+// failingSpout is a rewindable numbers spout whose Next fails once, for
+// the whole cluster, when it reaches at: a source that lost its
+// connection.
+type failingSpout struct {
+	rewindable
+	at     int64
+	failed *atomic.Bool
+}
+
+func (s *failingSpout) Next(ctx context.Context) error {
+	if s.next >= s.at && s.failed.CompareAndSwap(false, true) {
+		return errors.New("the source went away (injected)")
+	}
+	return s.rewindable.Next(ctx)
+}
+
+// failingPrepare is pass whose Prepare fails the first times it is
+// called in the cluster: a bolt that cannot reach what it needs at start.
+type failingPrepare struct {
+	pass
+	left *atomic.Int64
+}
+
+func (p *failingPrepare) Prepare(tc topology.TaskContext, out topology.Collector) error {
+	if p.left.Add(-1) >= 0 {
+		return errors.New("the bolt cannot prepare (injected)")
+	}
+	return p.pass.Prepare(tc, out)
+}
+
+// TestNodesRestartAGenerationWhoseTasksFailed: a bolt that cannot prepare
+// in the first generation, and later a spout whose Next fails, end their
+// worker's tasks of the generation. The worker reports the failure, the
+// leader starts the next generation from the latest checkpoint, and the
+// topology finishes with every number counted (exactly once under
+// exactly-once); before, the generation waited for those tasks for good.
+func TestNodesRestartAGenerationWhoseTasksFailed(t *testing.T) {
+	for _, g := range []string{"at-least-once", "exactly-once"} {
+		t.Run(g, func(t *testing.T) {
+			verifyNoLeaks(t)
+			const count = 3000
+			name := "fail-" + g[:1]
+			var mu sync.Mutex
+			result := map[string]int64{}
+			var spoutFailed atomic.Bool
+			var prepareFails atomic.Int64
+			prepareFails.Store(2)
+			n := startNodes(t, name, func(map[string]string) (*topology.Topology, error) {
+				b := topology.NewBuilder(name)
+				b.Spout("numbers", func() topology.Spout {
+					return &failingSpout{rewindable: rewindable{numbers{n: count, d: 3 * time.Second}}, at: count / 2, failed: &spoutFailed}
+				}, 1).Outputs("n")
+				b.Bolt("pre", func() topology.Bolt { return &failingPrepare{left: &prepareFails} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+				b.Bolt("count", func() topology.Bolt { return &keyedCounter{mu: &mu, result: result} }, 2).KeyedState().
+					Input("pre", topology.Fields("n")).Outputs("n")
+				b.Bolt("sink", flowtest.NewSink().Bolt, 1).Input("count", topology.Shuffle())
+				return b.Build()
+			})
+			for _, m := range []string{"n1", "n2", "n3"} {
+				n.start(m)
+			}
+			start := time.Now()
+			err := n.reg.Submit(context.Background(), cluster.Spec{Name: name, Guarantee: g, CheckpointEvery: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+			gen, _, err := n.gens.Current(context.Background(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.stopAll()
+			t.Logf("finished after %v in generation %d (%s)", time.Since(start).Round(time.Millisecond), gen.Number, gen.Reason)
+			if !spoutFailed.Load() || prepareFails.Load() >= 0 {
+				t.Fatalf("the spout failed: %v; prepare failures left: %d: the test proves nothing", spoutFailed.Load(), prepareFails.Load())
+			}
+			if gen.Number < 3 {
+				t.Fatalf("finished in generation %d: the failures should each have started a new one", gen.Number)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if g == "exactly-once" {
+				expectCounted(t, result, count)
+				return
+			}
+			for i := int64(0); i < count; i++ {
+				if result[strconv.FormatInt(i, 10)] < 1 {
+					t.Fatalf("%d never counted", i)
+				}
+			}
+		})
+	}
+}
