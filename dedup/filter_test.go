@@ -143,9 +143,9 @@ func TestCheckScripts(t *testing.T) {
 
 // mayContain probes the generations without adding anything.
 func (f *Filter) mayContain(id uint64) bool {
-	p := newProbes(id)
+	f.locate(id)
 	for i := range f.gens {
-		if f.probe(&f.gens[i], p) {
+		if f.probe(&f.gens[i]) {
 			return true
 		}
 	}
