@@ -351,7 +351,7 @@ func (r *runner) onGeneration(ctx context.Context, g cluster.Generation) {
 	r.gen = g.Number
 	mine := r.ownSlots(g)
 	if len(mine) == 0 {
-		r.lastErr = ""
+		r.lastErr, r.failedGen = "", 0
 		if topo, err := r.topology(spec, rev); err == nil && Fingerprint(topo) != g.Fingerprint {
 			// The leader gives tasks only to workers with its build.
 			r.lastErr = fmt.Sprintf("this worker's build of %s is another version than the leader's (fingerprint %q here, %q in generation %d), so it runs none of its tasks; run the same binary on every worker", r.name, Fingerprint(topo), g.Fingerprint, g.Number)
