@@ -211,6 +211,44 @@ func TestResendRingGrowsWithTraffic(t *testing.T) {
 	}
 }
 
+// TestResendRingsFromThePoolReadBackRight: a task that ended gives its
+// rings back, and the next task's rings may come from the pool with the
+// old bytes in them; every frame the new task keeps still reads back as
+// it was published, whether the ring came from the pool or not.
+func TestResendRingsFromThePoolReadBackRight(t *testing.T) {
+	for n, want := range map[int]int{minResendRing: 0, 2 * minResendRing: 1, 8 << 20: 7, 3 << 20: -1, minResendRing + 1: -1, 0: -1} {
+		if got := ringClass(n); got != want {
+			t.Errorf("ringClass(%d) = %d, want %d", n, got, want)
+		}
+	}
+	at := time.Unix(1000, 0)
+	for round := range 3 {
+		enc := func(seq uint64) []byte {
+			return []byte(fmt.Sprintf("%d:%06d%s", round, seq, strings.Repeat(string(rune('a'+round)), 500+int(seq%400))))
+		}
+		b := newResendBuffer(1<<20, false)
+		for seq := uint64(1); seq <= 3000; seq++ {
+			b.keepBytes(int(seq%3), seq, enc(seq), at)
+		}
+		if len(b.ring) != 1<<20 {
+			t.Fatalf("round %d: ring of %d bytes, want the limit", round, len(b.ring))
+		}
+		for i := b.head; i < len(b.sent); i++ {
+			s := &b.sent[i]
+			if string(b.encoding(s)) != string(enc(s.seq)) {
+				t.Fatalf("round %d: frame %d reads back wrong", round, s.seq)
+			}
+		}
+		if b.find(0, 3000) == nil {
+			t.Fatalf("round %d: the newest frame is not kept", round)
+		}
+		b.release()
+		if b.ring != nil || b.find(0, 3000) != nil {
+			t.Fatalf("round %d: a released buffer still holds frames", round)
+		}
+	}
+}
+
 type nack struct {
 	src  int32
 	msgs []wire.LinkMsg

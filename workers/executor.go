@@ -85,6 +85,14 @@ func newBase(ctx context.Context, t *task) base {
 	return b
 }
 
+// releaseBuffers returns the task's resend ring to its pool once the task has
+// stopped.
+func (b *base) releaseBuffers() {
+	if b.out.resend != nil {
+		b.out.resend.release()
+	}
+}
+
 // admit filters out frames delivered twice (and from stale senders). In
 // at-most-once mode a frame too old to check is dropped too.
 func (b *base) admit(f *wire.Frame) bool {

@@ -115,6 +115,7 @@ type deadNotice struct {
 type executor interface {
 	run(ctx context.Context)
 	stop(graceful bool)
+	releaseBuffers() // after stop: what the task no longer needs goes back to pools
 }
 
 func startWorker(parent context.Context, r *run, slot int, incarnation uint64, epochs, known []uint64) (*Worker, error) {
@@ -204,6 +205,7 @@ func (w *Worker) begin() {
 			defer w.wg.Done()
 			e.run(w.ctx)
 			e.stop(!w.crashed.Load())
+			e.releaseBuffers()
 		}(e)
 	}
 	w.wg.Add(1)
