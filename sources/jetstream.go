@@ -248,15 +248,22 @@ func (s *JetStream) start() error {
 
 // streamErr says what to do about a failure to reach the stream.
 func (s *JetStream) streamErr(err error) error {
+	where := s.cfg.URL
+	if where == "" && s.nc != nil {
+		where = s.nc.ConnectedUrlRedacted() // the worker's own connection
+	}
+	if where == "" {
+		where = "the worker's NATS server"
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("sources: JetStream stream %q does not exist on %s; create it first (for example with `nats stream add`) or fix JetStreamConfig.Stream", s.cfg.Stream, s.cfg.URL)
+		return fmt.Errorf("sources: JetStream stream %q does not exist on %s; create it first (for example with `nats stream add`) or fix JetStreamConfig.Stream", s.cfg.Stream, where)
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
-		return fmt.Errorf("sources: JetStream is not enabled on %s for this account; enable it (nats-server -js), or read core NATS subjects with the NATS spout (at-most-once only)", s.cfg.URL)
+		return fmt.Errorf("sources: JetStream is not enabled on %s for this account; enable it (nats-server -js), or read core NATS subjects with the NATS spout (at-most-once only)", where)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("sources: NATS at %s did not answer about stream %q: %w; check that the server runs JetStream and that these credentials may use it", s.cfg.URL, s.cfg.Stream, err)
+		return fmt.Errorf("sources: NATS at %s did not answer about stream %q: %w; check that the server runs JetStream and that these credentials may use it", where, s.cfg.Stream, err)
 	}
-	return fmt.Errorf("sources: JetStream stream %q on %s: %w", s.cfg.Stream, s.cfg.URL, err)
+	return fmt.Errorf("sources: JetStream stream %q on %s: %w", s.cfg.Stream, where, err)
 }
 
 func (s *JetStream) warnShortAckWait() {

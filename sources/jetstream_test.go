@@ -399,6 +399,16 @@ func TestJetStreamOpenErrors(t *testing.T) {
 			}
 		})
 	}
+	// Without a URL of its own the spout uses the worker's connection, and
+	// the error names that server rather than an empty string.
+	tcx := taskContext(0, 1, "at-least-once")
+	tcx.NATSURL = url
+	sp := sources.NewJetStream(sources.JetStreamConfig{Stream: "NOPE"})
+	err := sp.Open(tcx, &collector{})
+	sp.Close()
+	if want := `stream "NOPE" does not exist on nats://127.0.0.1:`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open on the worker's connection = %v, want an error saying %q", err, want)
+	}
 }
 
 // TestJetStreamRunAtLeastOnce runs both modes through the runtime with
