@@ -25,9 +25,15 @@ type Generation struct {
 	// Assignment maps each task ID to the member that runs it.
 	Assignment map[int]string `json:"assignment"`
 	// RestoreFrom is the checkpoint epoch the tasks restore (0: none).
-	RestoreFrom uint64    `json:"restore_from"`
-	Leader      string    `json:"leader"`
-	Created     time.Time `json:"created"`
+	RestoreFrom uint64 `json:"restore_from"`
+	// Floor is the newest checkpoint epoch of earlier submissions of the
+	// topology: no generation of this submission restores it or one
+	// before it (a submission without resume that loses a worker before
+	// its own first checkpoint starts its sources over). Every generation
+	// of a submission carries the first one's.
+	Floor   uint64    `json:"floor,omitempty"`
+	Leader  string    `json:"leader"`
+	Created time.Time `json:"created"`
 	// Reason says why it was made: "submitted", "member w2 left",
 	// "rebalance"...
 	Reason string `json:"reason"`

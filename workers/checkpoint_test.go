@@ -367,3 +367,99 @@ func TestCheckpointStoreFailures(t *testing.T) {
 	}
 	expectCounted(t, result, n)
 }
+
+// holdingSpout emits the numbers from first to first+n-1 unpaced, but
+// stops halfway until it has been opened a second time: until a rollback
+// restarted it.
+type holdingSpout struct {
+	rewindable
+	half  int64
+	opens *atomic.Int32
+}
+
+func (s *holdingSpout) Open(tc topology.TaskContext, out topology.SpoutCollector) error {
+	s.opens.Add(1)
+	return s.rewindable.Open(tc, out)
+}
+
+func (s *holdingSpout) Next(ctx context.Context) error {
+	if s.next >= s.half && s.opens.Load() < 2 {
+		time.Sleep(time.Millisecond)
+		return nil
+	}
+	return s.rewindable.Next(ctx)
+}
+
+// offsetTopology is checkpointTopology whose spout emits the numbers from
+// first to first+n-1, holding halfway until a rollback when opens is set.
+func offsetTopology(t *testing.T, name string, first, n int64, opens *atomic.Int32, result map[string]int64, mu *sync.Mutex) *topology.Topology {
+	b := topology.NewBuilder(name)
+	b.Spout("numbers", func() topology.Spout {
+		s := &rewindable{numbers{n: first + n, next: first}}
+		if opens == nil {
+			return s
+		}
+		return &holdingSpout{rewindable: *s, half: first + n/2, opens: opens}
+	}, 1).Outputs("n")
+	b.Bolt("pre", func() topology.Bolt { return &pass{} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+	b.Bolt("count", func() topology.Bolt { return &keyedCounter{mu: mu, result: result} }, 2).KeyedState().
+		Input("pre", topology.Fields("n")).Outputs("n")
+	b.Bolt("sink", flowtest.NewSink().Bolt, 1).Input("count", topology.Shuffle())
+	return build(t, b)
+}
+
+// TestARunWithoutResumeNeverRestoresAnEarlierRunsCheckpoint: a run that
+// does not resume shares its checkpoint store with an earlier run of the
+// same topology, and loses a worker before its own first checkpoint. The
+// rollback starts its sources over; it must not restore the earlier run's
+// checkpoint, whose state and positions belong to other input (before,
+// it did: the run's state held the earlier run's keys and its spout
+// skipped its own first numbers).
+func TestARunWithoutResumeNeverRestoresAnEarlierRunsCheckpoint(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	store, err := checkpoint.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	earlier := map[string]int64{}
+	first, err := flowtest.Run(context.Background(), offsetTopology(t, "floor", 0, 1000, nil, earlier, &mu), flowtest.Options{Guarantee: workers.ExactlyOnce,
+		Configure: func(c *workers.Config) { c.CheckpointEvery, c.Checkpoints = time.Hour, store }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Checkpoints.Latest == 0 {
+		t.Fatal("the earlier run left no checkpoint: the test proves nothing")
+	}
+	result := map[string]int64{}
+	var opens atomic.Int32
+	second, err := flowtest.Run(context.Background(), offsetTopology(t, "floor", 5000, 3000, &opens, result, &mu), flowtest.Options{Guarantee: workers.ExactlyOnce, Workers: 3,
+		Chaos:     chaos.Config{CrashEvery: time.Second, Seed: 7},
+		Configure: func(c *workers.Config) { c.CheckpointEvery, c.Checkpoints = time.Hour, store }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("earlier run's checkpoint %d; this run: crashes %d, rollbacks %d, checkpoints taken %d", first.Checkpoints.Latest, second.Crashes, second.Checkpoints.Rollbacks, second.Checkpoints.Taken)
+	if second.Checkpoints.Rollbacks == 0 {
+		t.Fatal("no rollback: the test proves nothing")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	expectOnly(t, result, 5000, 3000)
+}
+
+// expectOnly checks that result counts the numbers from first to
+// first+n-1 once each and nothing else.
+func expectOnly(t *testing.T, result map[string]int64, first, n int) {
+	t.Helper()
+	for k := range result {
+		if v, err := strconv.Atoi(k); err != nil || v < first || v >= first+n {
+			t.Fatalf("counted %q, which is not in this run's input", k)
+		}
+	}
+	for i := first; i < first+n; i++ {
+		if got := result[strconv.Itoa(i)]; got != 1 {
+			t.Fatalf("%d counted %d times, want 1", i, got)
+		}
+	}
+}

@@ -281,12 +281,12 @@ func (l *leading) decide() error {
 		}
 		return l.checkFinished(spec, specRev, gen, reports)
 	}
-	restore, err := l.restorePoint(spec, gen, current, handover, Fingerprint(topo))
+	restore, floor, err := l.restorePoint(spec, gen, current, handover, Fingerprint(topo))
 	if err != nil {
 		return err
 	}
 	l.closeLeader()
-	next := cluster.Generation{Topology: r.name, Number: 1, Parallelism: par, Assignment: assign, RestoreFrom: restore,
+	next := cluster.Generation{Topology: r.name, Number: 1, Parallelism: par, Assignment: assign, RestoreFrom: restore, Floor: floor,
 		Leader: r.n.cfg.Name, Created: time.Now(), Reason: reason, Fingerprint: Fingerprint(topo)}
 	switch {
 	case invalid:
@@ -464,31 +464,54 @@ func (l *leading) adopt(gen cluster.Generation, topo *topology.Topology, cfg Con
 	return nil
 }
 
-// restorePoint is the checkpoint a new generation starts from. A handover
-// (a rebalance, a worker that joined) takes a final checkpoint of the
-// running generation first, so that nothing is replayed; after a death it
-// is the latest complete checkpoint.
-func (l *leading) restorePoint(spec cluster.Spec, gen cluster.Generation, current, handover bool, fp string) (uint64, error) {
-	if !current && !spec.Resume {
-		return 0, nil
+// restorePoint returns the checkpoint epoch the next generation restores,
+// and the floor below which no generation of the submission restores
+// (cluster.Generation.Floor). The first generation of a submission starts
+// from nothing, or with Resume from the latest checkpoint; its floor is
+// the newest epoch in the store then (with Resume, the one before the
+// resumed one), so that a later generation never goes back to an earlier
+// submission's checkpoint. A later generation keeps the floor and restores
+// the latest checkpoint above it, after a handover the final one it takes
+// of the running generation.
+func (l *leading) restorePoint(spec cluster.Spec, gen cluster.Generation, current, handover bool, fp string) (restore, floor uint64, err error) {
+	if !current {
+		epochs, err := checkpoint.ListEpochs(l.ctx, l.r.store, l.r.name)
+		if err != nil {
+			return 0, 0, err
+		}
+		var newest uint64
+		if len(epochs) > 0 {
+			newest = epochs[0].Epoch
+		}
+		if spec.Resume {
+			rest, err := checkpoint.Latest(l.ctx, l.r.store, l.r.name, fp)
+			switch {
+			case err == nil:
+				return rest.Manifest.Epoch, restoreFloor(newest+1, rest.Manifest.Epoch), nil
+			case !errors.Is(err, checkpoint.ErrNoCheckpoint):
+				return 0, 0, err
+			}
+		}
+		return 0, restoreFloor(newest+1, 0), nil
 	}
+	floor = gen.Floor
 	if handover && l.lg != nil && l.lg.g.Number == gen.Number {
 		fctx, cancel := context.WithTimeout(l.ctx, l.lg.r.cfg.CheckpointTimeout+5*time.Second)
 		err := l.lg.Final(fctx)
 		cancel()
 		if err == nil {
-			return l.lg.Latest(), nil
+			return l.lg.Latest(), floor, nil
 		}
 		l.r.log.Warn().Err(err).Msg("the handover checkpoint failed; the new generation starts from the latest one")
 	}
-	rest, err := checkpoint.Latest(l.ctx, l.r.store, l.r.name, fp)
+	rest, err := latestAbove(l.ctx, l.r.store, l.r.name, fp, floor)
 	switch {
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
-		return 0, nil
+		return 0, floor, nil
 	case err != nil:
-		return 0, err
+		return 0, 0, err
 	}
-	return rest.Manifest.Epoch, nil
+	return rest.Manifest.Epoch, floor, nil
 }
 
 // kill stops a topology being killed: a final checkpoint (the spouts stop,

@@ -103,11 +103,14 @@ func (r *run) execute(ctx context.Context) (*Summary, error) {
 	defer func() { endView(outcome, viewErr) }()
 	stopCkpt := func() {}
 	if every := r.cfg.checkpointEvery(); every > 0 {
-		if r.ckpt, err = newCoordinator(wctx, r, sup.nc, r.store, r.restoredAt); err != nil {
+		c, err := newCoordinator(wctx, r, sup.nc, r.store, r.restoredAt)
+		if err != nil {
 			outcome, viewErr = LocalFailed, err
 			sup.shutdownAll()
 			return nil, err
 		}
+		r.floor.Store(restoreFloor(c.next, r.restoredAt))
+		r.ckpt = c
 		defer r.ckpt.close()
 		stop := make(chan struct{})
 		done := make(chan struct{})

@@ -107,3 +107,66 @@ func TestNodesRestartAGenerationWhoseTasksFailed(t *testing.T) {
 		})
 	}
 }
+
+// TestNodesNeverRestoreAnEarlierSubmissionsCheckpoint: a topology is
+// submitted again without resume, and loses the worker of its spout
+// before it has taken a checkpoint of its own. The next generation starts
+// the sources over; before, it restored the earlier submission's final
+// checkpoint, whose state and positions belong to other input.
+func TestNodesNeverRestoreAnEarlierSubmissionsCheckpoint(t *testing.T) {
+	verifyNoLeaks(t)
+	const name = "floor-nodes"
+	var mu sync.Mutex
+	result := map[string]int64{}
+	var opens atomic.Int32
+	second := atomic.Bool{}
+	n := startNodes(t, name, func(map[string]string) (*topology.Topology, error) {
+		if second.Load() {
+			return offsetTopology(t, name, 5000, 3000, &opens, result, &mu), nil
+		}
+		return offsetTopology(t, name, 0, 1000, nil, result, &mu), nil
+	})
+	for _, m := range []string{"n1", "n2", "n3"} {
+		n.start(m)
+	}
+	ctx := context.Background()
+	if err := n.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	mu.Lock()
+	clear(result)
+	mu.Unlock()
+	second.Store(true)
+	if err := n.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "exactly-once", CheckpointEvery: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for opens.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second submission's spout never opened")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // the spout holds halfway
+	gen, _, err := n.gens.Current(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spoutOwner := gen.Owner(gen.Assignment[0])
+	t.Logf("generation %d (floor %d): stopping %s, which runs the spout", gen.Number, gen.Floor, spoutOwner)
+	n.stop(spoutOwner)
+	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	last, _, err := n.gens.Current(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.stopAll()
+	t.Logf("finished in generation %d, restored from %d (floor %d)", last.Number, last.RestoreFrom, last.Floor)
+	if opens.Load() < 2 {
+		t.Fatal("the spout was not restarted: the test proves nothing")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	expectOnly(t, result, 5000, 3000)
+}

@@ -41,6 +41,30 @@ func (r *run) openCheckpoints(ctx context.Context) error {
 	return nil
 }
 
+// restoreFloor returns the newest checkpoint epoch that a run, or a
+// cluster submission, must never go back to: those of earlier runs of the
+// topology in the same store, whose state and source positions belong to
+// other input. A run that resumed from epoch resumed may go back to it or
+// to one it took itself; one that did not resume, only to its own, which
+// are numbered from first, above every epoch in the store when it started.
+func restoreFloor(first, resumed uint64) uint64 {
+	if resumed > 0 {
+		return resumed - 1
+	}
+	return first - 1
+}
+
+// latestAbove returns the latest complete checkpoint of topo above epoch
+// floor (restoreFloor), or checkpoint.ErrNoCheckpoint: a rollback with no
+// checkpoint of its own run starts the sources over.
+func latestAbove(ctx context.Context, store checkpoint.Store, topo, fingerprint string, floor uint64) (*checkpoint.Restore, error) {
+	rest, err := checkpoint.Latest(ctx, store, topo, fingerprint)
+	if err == nil && rest.Manifest.Epoch <= floor {
+		return nil, checkpoint.ErrNoCheckpoint
+	}
+	return rest, err
+}
+
 // restoreSnapshot returns the state task restores from, if any. Blobs are
 // found by component and index, not task ID, so that a checkpoint taken
 // with another parallelism of some component restores into this plan: a

@@ -45,11 +45,14 @@ type run struct {
 	restoreMu   sync.Mutex
 	restore     *checkpoint.Restore
 	rollbacks   atomic.Int64
-	restoredAt  uint64          // the epoch the run started from
-	counters    []*taskCounters // per task; nil for ackers
-	tc          transportCounters
-	chaosCnt    chaos.Counters
-	recov       recoveryLog
+	restoredAt  uint64 // the epoch the run started from
+	// floor is the newest checkpoint epoch of earlier runs (restoreFloor):
+	// a rollback never restores it or one before it.
+	floor    atomic.Uint64
+	counters []*taskCounters // per task; nil for ackers
+	tc       transportCounters
+	chaosCnt chaos.Counters
+	recov    recoveryLog
 
 	subjects   []string // per task
 	ctlSubject string

@@ -269,7 +269,7 @@ func (s *supervisor) rollback(slot int, now time.Time) {
 	if crashID == 0 {
 		crashID = s.crashes.Add(1)
 	}
-	rest, err := checkpoint.Latest(s.ctx, r.store, r.plan.topo.Name, r.plan.fingerprint())
+	rest, err := latestAbove(s.ctx, r.store, r.plan.topo.Name, r.plan.fingerprint(), r.floor.Load())
 	switch {
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		rest = nil // no checkpoint yet: every source starts over
