@@ -111,6 +111,9 @@ func (r *run) execute(ctx context.Context) (*Summary, error) {
 		}
 		r.floor.Store(restoreFloor(c.next, r.restoredAt))
 		r.ckpt = c
+		if r.restoredAt == 0 && c.next > 1 {
+			r.log.Warn().Uint64("newest_epoch", c.next-1).Msg("the checkpoint store holds checkpoints of an earlier run; this run starts from the beginning and never restores them (--resume, or Config.Resume, continues from the latest instead)")
+		}
 		defer r.ckpt.close()
 		stop := make(chan struct{})
 		done := make(chan struct{})
