@@ -283,7 +283,9 @@ func readStatus(ctx context.Context, c *conn, name string) (*status, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &status{Topology: spec}
+	// A killed or finished topology names its final checkpoint; a running
+	// one's latest comes from its leader's report.
+	st := &status{Topology: spec, Checkpoint: spec.LastCheckpoint}
 	if g, _, err := c.gens.Current(ctx, name); err == nil && !g.Created.Before(spec.Submitted) {
 		st.Generation = &g
 	} else if err != nil && !errors.Is(err, cluster.ErrNotFound) {
@@ -637,10 +639,13 @@ A later submit --resume continues from that checkpoint.`,
 				// A replica of the bucket that has not caught up yet
 				// answers with the submission before the kill.
 				if r > rev && spec.State != cluster.StateKilling {
-					st, _ := readStatus(ctx, c, name)
-					ck := uint64(0)
-					if st != nil {
-						ck = st.Checkpoint
+					// The leader writes the final checkpoint's epoch with
+					// the state; its status report may not show it yet.
+					ck := spec.LastCheckpoint
+					if ck == 0 {
+						if st, _ := readStatus(ctx, c, name); st != nil {
+							ck = st.Checkpoint
+						}
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "%s is %s", name, spec.State)
 					if ck > 0 {

@@ -41,6 +41,10 @@ type Spec struct {
 	LogLevel  string    `json:"log_level,omitempty"`
 	State     string    `json:"state"`
 	Submitted time.Time `json:"submitted"`
+	// LastCheckpoint is, once the topology is killed or finished, the
+	// epoch of its final checkpoint (0: none), which submit --resume
+	// continues from.
+	LastCheckpoint uint64 `json:"last_checkpoint,omitempty"`
 }
 
 // SpecEvent is a change of the registry. A deleted topology's event has

@@ -527,6 +527,7 @@ func (l *leading) kill(spec cluster.Spec, rev uint64, gen cluster.Generation) er
 			if err != nil {
 				l.r.log.Warn().Err(err).Msg("the final checkpoint of the killed topology failed; a resubmission with --resume starts from the one before")
 			}
+			spec.LastCheckpoint = l.lg.Latest()
 		default:
 		}
 	}
@@ -571,6 +572,7 @@ func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Gener
 		return fmt.Errorf("the sources are exhausted but the final checkpoint failed: %w", err)
 	}
 	l.r.log.Info().Uint64("epoch", l.lg.Latest()).Msg("the sources are exhausted and every record is processed; the topology is finished")
+	spec.LastCheckpoint = l.lg.Latest()
 	return l.setState(spec, rev, cluster.StateFinished)
 }
 

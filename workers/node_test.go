@@ -185,6 +185,10 @@ func TestKillStopsATopologyAfterItsFinalCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.await(30*time.Second, func(s string) bool { return s == cluster.StateKilled })
+	killed, _, err := n.reg.Get(ctx, "kill-nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(300 * time.Millisecond) // the members stop after they see it
 	mu.Lock()
 	counted := len(result)
@@ -201,7 +205,33 @@ func TestKillStopsATopologyAfterItsFinalCheckpoint(t *testing.T) {
 	if err := n.reg.Submit(ctx, cluster.Spec{Name: "kill-nodes", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond, Resume: true}); err != nil {
 		t.Fatal(err)
 	}
+	// The killed submission names its final checkpoint (ackflow kill
+	// prints it), and the resubmission continues from exactly that one.
+	again, _, err := n.reg.Get(ctx, "kill-nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("the resubmission's first generation never came")
+		}
+		g, _, err := n.gens.Current(ctx, "kill-nodes")
+		if err == nil && !g.Created.Before(again.Submitted) && g.Reason == "submitted" {
+			if killed.LastCheckpoint == 0 || g.RestoreFrom != killed.LastCheckpoint {
+				t.Fatalf("killed with last checkpoint %d, resumed from %d", killed.LastCheckpoint, g.RestoreFrom)
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	finished, _, err := n.reg.Get(ctx, "kill-nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if finished.LastCheckpoint <= killed.LastCheckpoint {
+		t.Fatalf("finished with last checkpoint %d, killed with %d", finished.LastCheckpoint, killed.LastCheckpoint)
+	}
 	n.stopAll()
 	mu.Lock()
 	defer mu.Unlock()
