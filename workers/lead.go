@@ -27,7 +27,8 @@ type leading struct {
 	names  atomic.Pointer[[]string] // the live members' names, for probe
 	gone   map[string]bool          // live members whose process is gone (probe)
 	lg     *Leader
-	streak int // consecutive status rounds in which the sources were done
+	floor  uint64 // Floor of the generation it adopted last
+	streak int    // consecutive status rounds in which the sources were done
 
 	// A failover in progress, for the recovery metric: when the loss of a
 	// worker was noticed, and the generation that replaces it (once it
@@ -192,7 +193,9 @@ func (l *leading) decide() error {
 		r.log.Warn().Err(err).Uint64("revision", genRev).Msg("writing a new generation over an invalid entry")
 		gen = cluster.Generation{Topology: r.name}
 		if l.lg != nil {
-			gen.Number = l.lg.g.Number // the one the workers still run, for kill
+			// The one the workers still run, for kill, and its submission's
+			// floor, for the restore.
+			gen.Number, gen.Floor = l.lg.g.Number, l.floor
 		}
 	case err != nil:
 		return err
@@ -448,6 +451,7 @@ func (l *leading) refuse(spec cluster.Spec, rev uint64, err error) error {
 // adopt leads gen if this leader does not yet: it begins it, if its
 // workers have not begun, and checkpoints it.
 func (l *leading) adopt(gen cluster.Generation, topo *topology.Topology, cfg Config) error {
+	l.floor = gen.Floor
 	if l.lg != nil && l.lg.g.Number == gen.Number {
 		return nil
 	}
