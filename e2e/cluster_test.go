@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	crand "crypto/rand"
@@ -27,6 +28,7 @@ import (
 	"github.com/ackflow/ackflow/wire"
 	"github.com/ackflow/ackflow/workers"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestClusterSurvivesKillPauseJoinAndRebalance runs the word count on a
@@ -54,6 +56,7 @@ type clusterStatus struct {
 		Assignment  map[int]string `json:"assignment"`
 		RestoreFrom uint64         `json:"restore_from"`
 		Reason      string         `json:"reason"`
+		Created     time.Time      `json:"created"`
 		Moves       map[string]struct {
 			To          string `json:"to"`
 			Incarnation uint64 `json:"incarnation"`
@@ -517,6 +520,69 @@ func TestClusterMovesAStatelessWorkersSlot(t *testing.T) {
 	t.Logf("%s started again: it runs its slot again after %v, in generation %d", victim, time.Since(t0).Round(time.Millisecond), st.gen())
 	c.await("the topology finishes", 3*time.Minute, func(s *clusterStatus) bool { return s.Topology.State == "finished" })
 	checkUpdates(t, updates, oracle, false)
+}
+
+// TestClusterRetriesASourceThatIsMissing submits a word count whose
+// input stream does not exist yet. The spout's Open fails on its worker;
+// the leader starts new generations with a growing backoff, and status
+// shows the worker's error. Once the stream exists, the next generation
+// runs and the topology finishes with every word counted.
+func TestClusterRetriesASourceThatIsMissing(t *testing.T) {
+	c := startTLSCluster(t)
+	in, updates := filepath.Join(c.dir, "in.txt"), filepath.Join(c.dir, "updates")
+	if err := os.Mkdir(updates, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	oracle := writeText(t, in, 256<<10, 11)
+	c.worker("w1")
+	c.worker("w2")
+	c.cli("submit", "wordcount", "--guarantee", "exactly-once", "--set", "in-stream=LINES", "--set", "updates="+updates, "--wait", "0")
+	// From the fifth generation on the next one waits 4 s or more, so the
+	// stream is complete before any spout opens it again (its end is read
+	// when it opens).
+	st := c.await("the missing stream is reported and retried", time.Minute, func(s *clusterStatus) bool {
+		if s.gen() < 5 || !strings.Contains(s.Generation.Reason, "failed") {
+			return false
+		}
+		return slices.ContainsFunc(s.Workers, func(w workerRow) bool {
+			return strings.Contains(w.Error, `stream "LINES" does not exist on nats://127.0.0.1:`) && w.Updated.After(s.Generation.Created)
+		})
+	})
+	t.Logf("generation %d: %s", st.gen(), st.Generation.Reason)
+	nc, err := nats.Connect(c.url, c.natsOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LINES", Subjects: []string{"lines.in"}}); err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(text)) {
+		if _, err := js.PublishAsync("lines.in", []byte(line)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("the lines were not stored in time")
+	}
+	if stored := time.Since(st.Generation.Created); stored > 3500*time.Millisecond {
+		t.Fatalf("the stream was complete only %v after the generation began: a spout may have opened it half full", stored)
+	}
+	st = c.await("the topology finishes", time.Minute, func(s *clusterStatus) bool { return s.Topology.State == "finished" })
+	t.Logf("finished in generation %d (%s)", st.gen(), st.Generation.Reason)
+	checkUpdates(t, updates, oracle, true)
 }
 
 func waitNATS(t *testing.T, url string, opts ...nats.Option) {
