@@ -549,15 +549,8 @@ func TestClusterRetriesASourceThatIsMissing(t *testing.T) {
 		})
 	})
 	t.Logf("generation %d: %s", st.gen(), st.Generation.Reason)
-	nc, err := nats.Connect(c.url, c.natsOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := c.connect()
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LINES", Subjects: []string{"lines.in"}}); err != nil {
@@ -583,6 +576,22 @@ func TestClusterRetriesASourceThatIsMissing(t *testing.T) {
 	st = c.await("the topology finishes", time.Minute, func(s *clusterStatus) bool { return s.Topology.State == "finished" })
 	t.Logf("finished in generation %d (%s)", st.gen(), st.Generation.Reason)
 	checkUpdates(t, updates, oracle, true)
+}
+
+// connect connects to the cluster's NATS server as the test, with the
+// credentials the processes use.
+func (c *testCluster) connect() (*nats.Conn, jetstream.JetStream) {
+	c.t.Helper()
+	nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("ackflow e2e"), nats.MaxReconnects(-1)}, c.natsOpts...)...)
+	if err != nil {
+		fatalf(c.t, "%v", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		fatalf(c.t, "%v", err)
+	}
+	return nc, js
 }
 
 func waitNATS(t *testing.T, url string, opts ...nats.Option) {
@@ -621,10 +630,7 @@ func injectStale(t *testing.T, c *testCluster, st *clusterStatus) {
 		return -1
 	}
 	base := fenced(st)
-	nc, err := nats.Connect(c.url, c.natsOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, _ := c.connect()
 	defer nc.Close()
 	stale := workers.FrameEpoch(st.gen()-1, 0)
 	f := &wire.Frame{Kind: wire.KindData, Src: 0, Epoch: stale, Seq: 1, Records: []wire.Record{

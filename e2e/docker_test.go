@@ -401,16 +401,7 @@ func (d *dockerSuite) runCase(t *testing.T, guarantee string, f dockerFault) {
 
 // connect connects to nats1 through its published port.
 func (d *dockerSuite) connect() (*nats.Conn, jetstream.JetStream) {
-	d.t.Helper()
-	nc, err := nats.Connect(d.c.url, nats.Name("ackflow e2e"), nats.MaxReconnects(-1))
-	if err != nil {
-		fatalf(d.t, "%v", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		fatalf(d.t, "%v", err)
-	}
-	return nc, js
+	return d.c.connect()
 }
 
 // feedWithNATSCLI publishes the input with the NATS CLI in the nats1
