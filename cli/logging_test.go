@@ -10,24 +10,15 @@ import (
 
 	"github.com/ackflow/ackflow/cluster"
 	"github.com/ackflow/ackflow/embednats/natstest"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestLogLevelCommand sets and clears a running topology's log level in its
 // submission, and refuses a level it does not know and a topology that is
 // not running.
 func TestLogLevelCommand(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t) })
-	js, stop := natstest.JetStream(t)
-	t.Cleanup(stop)
-	url := js.Conn().ConnectedUrl()
+	_, url, reg := submittedWordCount(t)
 	ctx := context.Background()
-	reg, err := cluster.NewKVRegistry(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Submit(ctx, cluster.Spec{Name: "wordcount", Guarantee: "at-least-once"}); err != nil {
-		t.Fatal(err)
-	}
 	run := func(args ...string) (string, error) { return runAgainst(url, args...) }
 	level := func() string {
 		spec, _, err := reg.Get(ctx, "wordcount")
@@ -48,6 +39,25 @@ func TestLogLevelCommand(t *testing.T) {
 	if _, err := run("loglevel", "nosuch", "info"); err == nil || !strings.Contains(err.Error(), "nosuch") {
 		t.Fatalf("loglevel of a topology never submitted: %v", err)
 	}
+}
+
+// submittedWordCount starts a JetStream server for t, checks for leaked
+// goroutines when t ends, and submits wordcount (at-least-once) to its
+// registry, as the cluster commands' tests need: it returns the server's
+// JetStream, its URL and the registry.
+func submittedWordCount(t *testing.T) (jetstream.JetStream, string, *cluster.KVRegistry) {
+	t.Helper()
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	js, stop := natstest.JetStream(t)
+	t.Cleanup(stop)
+	reg, err := cluster.NewKVRegistry(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Submit(context.Background(), cluster.Spec{Name: "wordcount", Guarantee: "at-least-once"}); err != nil {
+		t.Fatal(err)
+	}
+	return js, js.Conn().ConnectedUrl(), reg
 }
 
 // runAgainst runs the ackflow command line with args against the NATS

@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/ackflow/ackflow/cluster"
-	"github.com/ackflow/ackflow/embednats/natstest"
 	"github.com/ackflow/ackflow/workers"
 )
 
@@ -19,18 +16,8 @@ import (
 // the slot's tasks, their epoch as generation.incarnation, and their
 // state from the new owner's report, which covers both of its slots.
 func TestStatusShowsAMovedSlotsOwner(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t) })
-	js, stop := natstest.JetStream(t)
-	t.Cleanup(stop)
-	url := js.Conn().ConnectedUrl()
+	js, url, _ := submittedWordCount(t)
 	ctx := context.Background()
-	reg, err := cluster.NewKVRegistry(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Submit(ctx, cluster.Spec{Name: "wordcount", Guarantee: "at-least-once"}); err != nil {
-		t.Fatal(err)
-	}
 	gens, err := cluster.NewKVGenerations(ctx, js)
 	if err != nil {
 		t.Fatal(err)
