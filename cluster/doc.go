@@ -32,4 +32,10 @@
 // primitives use, revisions, TTLs and expiry markers included, so local mode
 // behaves like a cluster. Package clustertest is the conformance suite both
 // pass.
+//
+// A worker holds all five as a Coordination: OpenKV opens them on the
+// server's buckets; a MemoryCluster holds a whole cluster's entries in
+// memory, and each worker running in the process opens handles of its own
+// on it (MemoryCluster.Open), as each worker process opens the buckets on
+// the server.
 package cluster
