@@ -43,6 +43,13 @@ type NodeConfig struct {
 	// 500ms): `ackflow status` shows the reports, and the leader ends a
 	// topology whose sources are exhausted from them.
 	StatusEvery time.Duration
+	// Memory, if set, is the cluster this worker coordinates through,
+	// in memory, instead of the KV buckets on its NATS server: every
+	// worker of the cluster runs in this process (tests, and local mode's
+	// control plane). Records still travel over NATS. With Memory, a
+	// Runtime.Checkpoints store shared by the workers is their checkpoint
+	// store, as the object store bucket of each topology is otherwise.
+	Memory *cluster.MemoryCluster
 }
 
 // Specs turns a submission into the runtime configuration of its
@@ -95,6 +102,9 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	if err := cfg.Members.Validate(); err != nil {
 		return err
 	}
+	if cfg.Memory != nil && cfg.Runtime.Checkpoints == nil {
+		return errors.New("workers: the workers of an in-memory cluster need a checkpoint store they share (Runtime.Checkpoints, for example checkpoint.NewMemory())")
+	}
 	n := &Node{cfg: cfg, log: cfg.Runtime.Logger.With().Str("worker", cfg.Name).Logger(), runners: map[string]*runner{}, prints: map[string]string{}}
 	var err error
 	opts := append([]nats.Option{nats.Name("ackflow worker " + cfg.Name), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, cfg.Runtime.NATSOptions...)
@@ -134,13 +144,8 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	return err
 }
 
-// open binds the cluster's buckets.
+// open binds the cluster's buckets, or the in-memory cluster's entries.
 func (n *Node) open(ctx context.Context) error {
-	var err error
-	var opts []cluster.Option
-	if n.cfg.Replicas > 0 {
-		opts = append(opts, cluster.Replicas(n.cfg.Replicas))
-	}
 	mc := n.cfg.Members
 	mc.OnLost = func(m cluster.Member, err error) {
 		n.log.Error().Err(err).Msg("this worker was taken for dead and its name reused; stopping its tasks")
@@ -150,20 +155,22 @@ func (n *Node) open(ctx context.Context) error {
 		// One line per write of such an entry, by whoever writes it.
 		n.log.Warn().Str("key", key).Str("bucket", cluster.MembersBucket).Msg("an entry that is not a worker's heartbeat is in the members bucket; left out of the members (delete it with nats kv del)")
 	}
-	if n.members, err = cluster.NewKVMembers(ctx, n.js, mc, opts...); err != nil {
+	var c cluster.Coordination
+	var err error
+	if n.cfg.Memory != nil {
+		c, err = n.cfg.Memory.Open(mc)
+	} else {
+		var opts []cluster.Option
+		if n.cfg.Replicas > 0 {
+			opts = append(opts, cluster.Replicas(n.cfg.Replicas))
+		}
+		c, err = cluster.OpenKV(ctx, n.js, mc, opts...)
+	}
+	if err != nil {
 		return err
 	}
-	if n.registry, err = cluster.NewKVRegistry(ctx, n.js, opts...); err != nil {
-		return err
-	}
-	if n.gens, err = cluster.NewKVGenerations(ctx, n.js, opts...); err != nil {
-		return err
-	}
-	if n.elector, err = cluster.NewKVElector(ctx, n.js, n.cfg.Members, opts...); err != nil {
-		return err
-	}
-	n.statuses, err = cluster.NewKVStatuses(ctx, n.js, n.cfg.Members, opts...)
-	return err
+	n.members, n.registry, n.gens, n.elector, n.statuses = c.Members, c.Registry, c.Generations, c.Elector, c.Statuses
+	return nil
 }
 
 // join registers the worker, waiting for its name to free itself if a
@@ -297,8 +304,12 @@ func DecodeReport(r cluster.Report) (Report, error) {
 	return rep, err
 }
 
-// checkpointStore opens the topology's checkpoint bucket.
+// checkpointStore opens the topology's checkpoint bucket; an in-memory
+// cluster's workers share the runtime's store instead.
 func (n *Node) checkpointStore(ctx context.Context, topo string) (checkpoint.Store, error) {
+	if n.cfg.Memory != nil {
+		return n.cfg.Runtime.Checkpoints, nil
+	}
 	bucket, err := checkpoint.BucketName(topo)
 	if err != nil {
 		return nil, err

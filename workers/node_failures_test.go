@@ -51,61 +51,63 @@ func (p *failingPrepare) Prepare(tc topology.TaskContext, out topology.Collector
 // topology finishes with every number counted (exactly once under
 // exactly-once); before, the generation waited for those tasks for good.
 func TestNodesRestartAGenerationWhoseTasksFailed(t *testing.T) {
-	for _, g := range []string{"at-least-once", "exactly-once"} {
-		t.Run(g, func(t *testing.T) {
-			verifyNoLeaks(t)
-			const count = 3000
-			name := "fail-" + g[:1]
-			var mu sync.Mutex
-			result := map[string]int64{}
-			var spoutFailed atomic.Bool
-			var prepareFails atomic.Int64
-			prepareFails.Store(2)
-			n := startNodes(t, name, func(map[string]string) (*topology.Topology, error) {
-				b := topology.NewBuilder(name)
-				b.Spout("numbers", func() topology.Spout {
-					return &failingSpout{rewindable: rewindable{numbers{n: count, d: 3 * time.Second}}, at: count / 2, failed: &spoutFailed}
-				}, 1).Outputs("n")
-				b.Bolt("pre", func() topology.Bolt { return &failingPrepare{left: &prepareFails} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
-				b.Bolt("count", func() topology.Bolt { return &keyedCounter{mu: &mu, result: result} }, 2).KeyedState().
-					Input("pre", topology.Fields("n")).Outputs("n")
-				b.Bolt("sink", flowtest.NewSink().Bolt, 1).Input("count", topology.Shuffle())
-				return b.Build()
-			})
-			for _, m := range []string{"n1", "n2", "n3"} {
-				n.start(m)
-			}
-			start := time.Now()
-			err := n.reg.Submit(context.Background(), cluster.Spec{Name: name, Guarantee: g, CheckpointEvery: 200 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
-			gen, _, err := n.gens.Current(context.Background(), name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n.stopAll()
-			t.Logf("finished after %v in generation %d (%s)", time.Since(start).Round(time.Millisecond), gen.Number, gen.Reason)
-			if !spoutFailed.Load() || prepareFails.Load() >= 0 {
-				t.Fatalf("the spout failed: %v; prepare failures left: %d: the test proves nothing", spoutFailed.Load(), prepareFails.Load())
-			}
-			if gen.Number < 3 {
-				t.Fatalf("finished in generation %d: the failures should each have started a new one", gen.Number)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if g == "exactly-once" {
-				expectCounted(t, result, count)
-				return
-			}
-			for i := int64(0); i < count; i++ {
-				if result[strconv.FormatInt(i, 10)] < 1 {
-					t.Fatalf("%d never counted", i)
+	eachCoordination(t, func(t *testing.T, c coordination) {
+		for _, g := range []string{"at-least-once", "exactly-once"} {
+			t.Run(g, func(t *testing.T) {
+				verifyNoLeaks(t)
+				const count = 3000
+				name := "fail-" + g[:1]
+				var mu sync.Mutex
+				result := map[string]int64{}
+				var spoutFailed atomic.Bool
+				var prepareFails atomic.Int64
+				prepareFails.Store(2)
+				n := startNodesOn(t, c, name, func(map[string]string) (*topology.Topology, error) {
+					b := topology.NewBuilder(name)
+					b.Spout("numbers", func() topology.Spout {
+						return &failingSpout{rewindable: rewindable{numbers{n: count, d: 3 * time.Second}}, at: count / 2, failed: &spoutFailed}
+					}, 1).Outputs("n")
+					b.Bolt("pre", func() topology.Bolt { return &failingPrepare{left: &prepareFails} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+					b.Bolt("count", func() topology.Bolt { return &keyedCounter{mu: &mu, result: result} }, 2).KeyedState().
+						Input("pre", topology.Fields("n")).Outputs("n")
+					b.Bolt("sink", flowtest.NewSink().Bolt, 1).Input("count", topology.Shuffle())
+					return b.Build()
+				})
+				for _, m := range []string{"n1", "n2", "n3"} {
+					n.start(m)
 				}
-			}
-		})
-	}
+				start := time.Now()
+				err := n.reg.Submit(context.Background(), cluster.Spec{Name: name, Guarantee: g, CheckpointEvery: 200 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+				gen, _, err := n.gens.Current(context.Background(), name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n.stopAll()
+				t.Logf("finished after %v in generation %d (%s)", time.Since(start).Round(time.Millisecond), gen.Number, gen.Reason)
+				if !spoutFailed.Load() || prepareFails.Load() >= 0 {
+					t.Fatalf("the spout failed: %v; prepare failures left: %d: the test proves nothing", spoutFailed.Load(), prepareFails.Load())
+				}
+				if gen.Number < 3 {
+					t.Fatalf("finished in generation %d: the failures should each have started a new one", gen.Number)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if g == "exactly-once" {
+					expectCounted(t, result, count)
+					return
+				}
+				for i := int64(0); i < count; i++ {
+					if result[strconv.FormatInt(i, 10)] < 1 {
+						t.Fatalf("%d never counted", i)
+					}
+				}
+			})
+		}
+	})
 }
 
 // TestNodesNeverRestoreAnEarlierSubmissionsCheckpoint: a topology is
@@ -114,59 +116,61 @@ func TestNodesRestartAGenerationWhoseTasksFailed(t *testing.T) {
 // the sources over; before, it restored the earlier submission's final
 // checkpoint, whose state and positions belong to other input.
 func TestNodesNeverRestoreAnEarlierSubmissionsCheckpoint(t *testing.T) {
-	verifyNoLeaks(t)
-	const name = "floor-nodes"
-	var mu sync.Mutex
-	result := map[string]int64{}
-	var opens atomic.Int32
-	second := atomic.Bool{}
-	n := startNodes(t, name, func(map[string]string) (*topology.Topology, error) {
-		if second.Load() {
-			return offsetTopology(t, name, 5000, 3000, &opens, result, &mu), nil
+	eachCoordination(t, func(t *testing.T, c coordination) {
+		verifyNoLeaks(t)
+		const name = "floor-nodes"
+		var mu sync.Mutex
+		result := map[string]int64{}
+		var opens atomic.Int32
+		second := atomic.Bool{}
+		n := startNodesOn(t, c, name, func(map[string]string) (*topology.Topology, error) {
+			if second.Load() {
+				return offsetTopology(t, name, 5000, 3000, &opens, result, &mu), nil
+			}
+			return offsetTopology(t, name, 0, 1000, nil, result, &mu), nil
+		})
+		for _, m := range []string{"n1", "n2", "n3"} {
+			n.start(m)
 		}
-		return offsetTopology(t, name, 0, 1000, nil, result, &mu), nil
+		ctx := context.Background()
+		if err := n.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+		mu.Lock()
+		clear(result)
+		mu.Unlock()
+		second.Store(true)
+		if err := n.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "exactly-once", CheckpointEvery: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for opens.Load() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the second submission's spout never opened")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(300 * time.Millisecond) // the spout holds halfway
+		gen, _, err := n.gens.Current(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spoutOwner := gen.Owner(gen.Assignment[0])
+		t.Logf("generation %d (floor %d): stopping %s, which runs the spout", gen.Number, gen.Floor, spoutOwner)
+		n.stop(spoutOwner)
+		n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+		last, _, err := n.gens.Current(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.stopAll()
+		t.Logf("finished in generation %d, restored from %d (floor %d)", last.Number, last.RestoreFrom, last.Floor)
+		if opens.Load() < 2 {
+			t.Fatal("the spout was not restarted: the test proves nothing")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		expectOnly(t, result, 5000, 3000)
 	})
-	for _, m := range []string{"n1", "n2", "n3"} {
-		n.start(m)
-	}
-	ctx := context.Background()
-	if err := n.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
-	mu.Lock()
-	clear(result)
-	mu.Unlock()
-	second.Store(true)
-	if err := n.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "exactly-once", CheckpointEvery: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for opens.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the second submission's spout never opened")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // the spout holds halfway
-	gen, _, err := n.gens.Current(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spoutOwner := gen.Owner(gen.Assignment[0])
-	t.Logf("generation %d (floor %d): stopping %s, which runs the spout", gen.Number, gen.Floor, spoutOwner)
-	n.stop(spoutOwner)
-	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
-	last, _, err := n.gens.Current(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.stopAll()
-	t.Logf("finished in generation %d, restored from %d (floor %d)", last.Number, last.RestoreFrom, last.Floor)
-	if opens.Load() < 2 {
-		t.Fatal("the spout was not restarted: the test proves nothing")
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	expectOnly(t, result, 5000, 3000)
 }

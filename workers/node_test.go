@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ackflow/ackflow/checkpoint"
 	"github.com/ackflow/ackflow/cluster"
+	"github.com/ackflow/ackflow/deadletter"
 	"github.com/ackflow/ackflow/embednats"
 	"github.com/ackflow/ackflow/metrics"
 	"github.com/ackflow/ackflow/topology"
@@ -36,6 +38,38 @@ type nodes struct {
 	// configure, if set, changes the runtime configuration of the nodes
 	// started after it is set.
 	configure func(*workers.Config)
+	// memory, if set, is the cluster the nodes coordinate through, with
+	// the checkpoint store and dead letters they share.
+	memory      *cluster.MemoryCluster
+	checkpoints checkpoint.Store
+	deadLetters deadletter.Sink
+}
+
+// coordination is what a test's nodes coordinate through.
+type coordination int
+
+const (
+	// kvBuckets are the KV buckets on the NATS server, as worker
+	// processes use them.
+	kvBuckets coordination = iota
+	// inMemory is a cluster.MemoryCluster, every node in this process, on
+	// a NATS server without JetStream: nothing but records goes over NATS.
+	inMemory
+)
+
+func (c coordination) String() string {
+	if c == inMemory {
+		return "in-memory"
+	}
+	return "kv"
+}
+
+// eachCoordination runs f over the KV buckets and over an in-memory
+// cluster: the control plane behaves the same over both.
+func eachCoordination(t *testing.T, f func(t *testing.T, c coordination)) {
+	for _, c := range []coordination{kvBuckets, inMemory} {
+		t.Run(c.String(), func(t *testing.T) { f(t, c) })
+	}
 }
 
 // verifyNoLeaks checks for leaked goroutines when t ends, after the
@@ -48,7 +82,11 @@ func verifyNoLeaks(t *testing.T) {
 var nodeTiming = cluster.MembersConfig{HeartbeatEvery: 150 * time.Millisecond, DeadAfter: 600 * time.Millisecond}
 
 func startNodes(t *testing.T, name string, build func(map[string]string) (*topology.Topology, error)) *nodes {
-	srv, err := embednats.Start(embednats.Config{})
+	return startNodesOn(t, kvBuckets, name, build)
+}
+
+func startNodesOn(t *testing.T, c coordination, name string, build func(map[string]string) (*topology.Topology, error)) *nodes {
+	srv, err := embednats.Start(embednats.Config{NoJetStream: c == inMemory})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +96,19 @@ func startNodes(t *testing.T, name string, build func(map[string]string) (*topol
 		t.Fatal(err)
 	}
 	t.Cleanup(n.nc.Close)
+	t.Cleanup(n.stopAll)
+	if c == inMemory {
+		if n.memory, err = cluster.NewMemoryCluster(nodeTiming); err != nil {
+			t.Fatal(err)
+		}
+		h, err := n.memory.Open(nodeTiming)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.reg, n.gens, n.statuses = h.Registry, h.Generations, h.Statuses
+		n.checkpoints, n.deadLetters = checkpoint.NewMemory(), deadletter.NewMemory()
+		return n
+	}
 	js, err := jetstream.New(n.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +122,6 @@ func startNodes(t *testing.T, name string, build func(map[string]string) (*topol
 	if n.statuses, err = cluster.NewKVStatuses(context.Background(), js, nodeTiming); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(n.stopAll)
 	return n
 }
 
@@ -83,12 +133,15 @@ func (n *nodes) startWith(member string, reg *metrics.Registry) {
 	rt := workers.DefaultConfig()
 	rt.Logger = zerolog.Nop()
 	rt.Metrics = reg
+	if n.memory != nil {
+		rt.Checkpoints, rt.DeadLetters = n.checkpoints, n.deadLetters
+	}
 	if n.configure != nil {
 		n.configure(&rt)
 	}
 	errc := make(chan error, 1)
 	n.cancel[member], n.errs[member] = cancel, errc
-	cfg := workers.NodeConfig{Name: member, NATSURL: n.url, Runtime: rt, Members: nodeTiming,
+	cfg := workers.NodeConfig{Name: member, NATSURL: n.url, Runtime: rt, Members: nodeTiming, Memory: n.memory,
 		StatusEvery: 100 * time.Millisecond, Topologies: map[string]func(map[string]string) (*topology.Topology, error){n.name: n.build}}
 	go func() { errc <- workers.RunNode(ctx, cfg) }()
 }
@@ -133,110 +186,114 @@ func (n *nodes) await(d time.Duration, ok func(state string) bool) string {
 // latest checkpoint. The state the topology finishes with counts every
 // input once.
 func TestNodesRunATopologyExactlyOnceAcrossLeaves(t *testing.T) {
-	verifyNoLeaks(t)
-	const count = 3000
-	var mu sync.Mutex
-	result := map[string]int64{}
-	n := startNodes(t, "eo-nodes", func(map[string]string) (*topology.Topology, error) {
-		return checkpointTopology(t, "eo-nodes", count, 3*time.Second, result, &mu), nil
+	eachCoordination(t, func(t *testing.T, c coordination) {
+		verifyNoLeaks(t)
+		const count = 3000
+		var mu sync.Mutex
+		result := map[string]int64{}
+		n := startNodesOn(t, c, "eo-nodes", func(map[string]string) (*topology.Topology, error) {
+			return checkpointTopology(t, "eo-nodes", count, 3*time.Second, result, &mu), nil
+		})
+		for _, m := range []string{"n1", "n2", "n3"} {
+			n.start(m)
+		}
+		err := n.reg.Submit(context.Background(), cluster.Spec{Name: "eo-nodes", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		n.stop("n2")
+		time.Sleep(700 * time.Millisecond)
+		n.stop("n1")
+		n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+		n.stopAll()
+		mu.Lock()
+		defer mu.Unlock()
+		expectCounted(t, result, count)
 	})
-	for _, m := range []string{"n1", "n2", "n3"} {
-		n.start(m)
-	}
-	err := n.reg.Submit(context.Background(), cluster.Spec{Name: "eo-nodes", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second)
-	n.stop("n2")
-	time.Sleep(700 * time.Millisecond)
-	n.stop("n1")
-	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
-	n.stopAll()
-	mu.Lock()
-	defer mu.Unlock()
-	expectCounted(t, result, count)
 }
 
 // TestKillStopsATopologyAfterItsFinalCheckpoint kills a running topology:
 // it stops, nothing is counted twice, and what was counted is a prefix of
 // the input that a resubmission with Resume completes exactly.
 func TestKillStopsATopologyAfterItsFinalCheckpoint(t *testing.T) {
-	verifyNoLeaks(t)
-	const count = 3000
-	var mu sync.Mutex
-	result := map[string]int64{}
-	n := startNodes(t, "kill-nodes", func(map[string]string) (*topology.Topology, error) {
-		return checkpointTopology(t, "kill-nodes", count, 4*time.Second, result, &mu), nil
-	})
-	n.start("n1")
-	n.start("n2")
-	ctx := context.Background()
-	if err := n.reg.Submit(ctx, cluster.Spec{Name: "kill-nodes", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1500 * time.Millisecond)
-	spec, rev, err := n.reg.Get(ctx, "kill-nodes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.State = cluster.StateKilling
-	if _, err := n.reg.Update(ctx, spec, rev); err != nil {
-		t.Fatal(err)
-	}
-	n.await(30*time.Second, func(s string) bool { return s == cluster.StateKilled })
-	killed, _, err := n.reg.Get(ctx, "kill-nodes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond) // the members stop after they see it
-	mu.Lock()
-	counted := len(result)
-	for k, c := range result {
-		if c != 1 {
-			t.Fatalf("%s counted %d times after the kill", k, c)
+	eachCoordination(t, func(t *testing.T, c coordination) {
+		verifyNoLeaks(t)
+		const count = 3000
+		var mu sync.Mutex
+		result := map[string]int64{}
+		n := startNodesOn(t, c, "kill-nodes", func(map[string]string) (*topology.Topology, error) {
+			return checkpointTopology(t, "kill-nodes", count, 4*time.Second, result, &mu), nil
+		})
+		n.start("n1")
+		n.start("n2")
+		ctx := context.Background()
+		if err := n.reg.Submit(ctx, cluster.Spec{Name: "kill-nodes", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	clear(result) // the resumed run's state starts from the final checkpoint
-	mu.Unlock()
-	if counted == 0 || counted == count {
-		t.Fatalf("%d of %d counted when killed; the kill should come midway", counted, count)
-	}
-	if err := n.reg.Submit(ctx, cluster.Spec{Name: "kill-nodes", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond, Resume: true}); err != nil {
-		t.Fatal(err)
-	}
-	// The killed submission names its final checkpoint (ackflow kill
-	// prints it), and the resubmission continues from exactly that one.
-	again, _, err := n.reg.Get(ctx, "kill-nodes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if time.Now().After(deadline) {
-			t.Fatal("the resubmission's first generation never came")
+		time.Sleep(1500 * time.Millisecond)
+		spec, rev, err := n.reg.Get(ctx, "kill-nodes")
+		if err != nil {
+			t.Fatal(err)
 		}
-		g, _, err := n.gens.Current(ctx, "kill-nodes")
-		if err == nil && !g.Created.Before(again.Submitted) && g.Reason == "submitted" {
-			if killed.LastCheckpoint == 0 || g.RestoreFrom != killed.LastCheckpoint {
-				t.Fatalf("killed with last checkpoint %d, resumed from %d", killed.LastCheckpoint, g.RestoreFrom)
+		spec.State = cluster.StateKilling
+		if _, err := n.reg.Update(ctx, spec, rev); err != nil {
+			t.Fatal(err)
+		}
+		n.await(30*time.Second, func(s string) bool { return s == cluster.StateKilled })
+		killed, _, err := n.reg.Get(ctx, "kill-nodes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // the members stop after they see it
+		mu.Lock()
+		counted := len(result)
+		for k, c := range result {
+			if c != 1 {
+				t.Fatalf("%s counted %d times after the kill", k, c)
 			}
-			break
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
-	finished, _, err := n.reg.Get(ctx, "kill-nodes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if finished.LastCheckpoint <= killed.LastCheckpoint {
-		t.Fatalf("finished with last checkpoint %d, killed with %d", finished.LastCheckpoint, killed.LastCheckpoint)
-	}
-	n.stopAll()
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("killed after %d of %d; the resubmission finished the rest", counted, count)
-	expectCounted(t, result, count)
+		clear(result) // the resumed run's state starts from the final checkpoint
+		mu.Unlock()
+		if counted == 0 || counted == count {
+			t.Fatalf("%d of %d counted when killed; the kill should come midway", counted, count)
+		}
+		if err := n.reg.Submit(ctx, cluster.Spec{Name: "kill-nodes", Guarantee: "exactly-once", CheckpointEvery: 200 * time.Millisecond, Resume: true}); err != nil {
+			t.Fatal(err)
+		}
+		// The killed submission names its final checkpoint (ackflow kill
+		// prints it), and the resubmission continues from exactly that one.
+		again, _, err := n.reg.Get(ctx, "kill-nodes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			if time.Now().After(deadline) {
+				t.Fatal("the resubmission's first generation never came")
+			}
+			g, _, err := n.gens.Current(ctx, "kill-nodes")
+			if err == nil && !g.Created.Before(again.Submitted) && g.Reason == "submitted" {
+				if killed.LastCheckpoint == 0 || g.RestoreFrom != killed.LastCheckpoint {
+					t.Fatalf("killed with last checkpoint %d, resumed from %d", killed.LastCheckpoint, g.RestoreFrom)
+				}
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+		finished, _, err := n.reg.Get(ctx, "kill-nodes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if finished.LastCheckpoint <= killed.LastCheckpoint {
+			t.Fatalf("finished with last checkpoint %d, killed with %d", finished.LastCheckpoint, killed.LastCheckpoint)
+		}
+		n.stopAll()
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("killed after %d of %d; the resubmission finished the rest", counted, count)
+		expectCounted(t, result, count)
+	})
 }
 
 // TestWorkerWithAnotherBuildGetsNoTasks: a worker whose build of the
