@@ -53,7 +53,13 @@ func movesTopology(t *testing.T, name string, n, k int64, tl *tallies, failed ma
 // (no handover). The oracle:
 // every branch's keyed state counts each value at least as often as the
 // shape says, and the run reports how many it counted more than once.
+// Over an in-memory cluster, where the membership does not go through
+// NATS, the node is stopped instead, and started again.
 func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
+	eachCoordination(t, testMoveAStatelessSlot)
+}
+
+func testMoveAStatelessSlot(t *testing.T, c coordination) {
 	verifyNoLeaks(t)
 	const n, k = 3000, 3
 	const name = "moves23" // three of four nodes hold only stateless tasks (rendezvous hashing)
@@ -63,7 +69,7 @@ func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
 	topo := func(map[string]string) (*topology.Topology, error) {
 		return movesTopology(t, name, n, k, tl, failed, &mu), nil
 	}
-	nd := startNodes(t, name, topo)
+	nd := startNodesOn(t, c, name, topo)
 	nd.configure = func(c *workers.Config) {
 		c.Chaos = chaos.Config{Drop: 0.02, Dup: 0.01, Reorder: 0.05, Fail: 0.002, Seed: 7}
 		c.MaxAttempts = 0 // the oracle needs every record
@@ -117,8 +123,14 @@ func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
 	if victim == "" {
 		t.Fatalf("no node but the leader %s holds only stateless tasks in %v; rename the nodes or the topology", leader, g.Assignment)
 	}
+	fault, heal, what := nets[victim].sever, nets[victim].heal, "cut off"
+	if c == inMemory {
+		what = "stopped"
+		fault = func() { nd.stop(victim) }
+		heal = func() { nd.startWith(victim, regs[victim]) }
+	}
 	cut := time.Now()
-	nets[victim].sever()
+	fault()
 	var moved cluster.Generation
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		moved, _, err = nd.gens.Current(ctx, name)
@@ -139,7 +151,7 @@ func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
 	if mv.To == victim || mv.Incarnation != 1 || !slices.Contains(members, mv.To) {
 		t.Fatalf("the slot of %s moved to %q as incarnation %d", victim, mv.To, mv.Incarnation)
 	}
-	t.Logf("%s (stateless) cut off; its slot moved to %s %v later, in generation %d", victim, mv.To, time.Since(cut).Round(time.Millisecond), moved.Number)
+	t.Logf("%s (stateless) %s; its slot moved to %s %v later, in generation %d", victim, what, mv.To, time.Since(cut).Round(time.Millisecond), moved.Number)
 	// The new owner reports the moved tasks as its own, begun, beside
 	// those of its own slot.
 	var slotTasks []int
@@ -185,7 +197,7 @@ func TestNodesMoveAStatelessSlotWithoutRollingBack(t *testing.T) {
 	})
 	nd.awaitReport(name, leader, 10*time.Second, func(rep workers.Report) bool { return rep.Checkpoint > movedAt+1 })
 	time.Sleep(time.Second) // the records flow on without it
-	nets[victim].heal()
+	heal()
 	// Back, it finds its slot moved away and drops its tasks of it; the
 	// leader gives the slot back to it, again within the generation.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {

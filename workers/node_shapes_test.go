@@ -16,7 +16,6 @@ import (
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Cluster mode under the shapes that found losses in local mode: an All
@@ -157,18 +156,10 @@ func (n *nodes) watchResent(topo string) func() int64 {
 // leader is the name of topo's leader, which the test waits for.
 func (n *nodes) leader(topo string) string {
 	n.t.Helper()
-	js, err := jetstream.New(n.nc)
-	if err != nil {
-		n.t.Fatal(err)
-	}
 	ctx := context.Background()
-	el, err := cluster.NewKVElector(ctx, js, nodeTiming)
-	if err != nil {
-		n.t.Fatal(err)
-	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		name, err := el.Leader(ctx, topo)
+		name, err := n.elector.Leader(ctx, topo)
 		if err == nil && name != "" {
 			return name
 		}

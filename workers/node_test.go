@@ -34,6 +34,7 @@ type nodes struct {
 	gens   cluster.Generations
 	// statuses holds the nodes' status reports.
 	statuses cluster.Statuses
+	elector  cluster.Elector
 	nc       *nats.Conn
 	// configure, if set, changes the runtime configuration of the nodes
 	// started after it is set.
@@ -105,7 +106,7 @@ func startNodesOn(t *testing.T, c coordination, name string, build func(map[stri
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.reg, n.gens, n.statuses = h.Registry, h.Generations, h.Statuses
+		n.reg, n.gens, n.statuses, n.elector = h.Registry, h.Generations, h.Statuses, h.Elector
 		n.checkpoints, n.deadLetters = checkpoint.NewMemory(), deadletter.NewMemory()
 		return n
 	}
@@ -113,15 +114,11 @@ func startNodesOn(t *testing.T, c coordination, name string, build func(map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.reg, err = cluster.NewKVRegistry(context.Background(), js); err != nil {
+	h, err := cluster.OpenKV(context.Background(), js, nodeTiming)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n.gens, err = cluster.NewKVGenerations(context.Background(), js); err != nil {
-		t.Fatal(err)
-	}
-	if n.statuses, err = cluster.NewKVStatuses(context.Background(), js, nodeTiming); err != nil {
-		t.Fatal(err)
-	}
+	n.reg, n.gens, n.statuses, n.elector = h.Registry, h.Generations, h.Statuses, h.Elector
 	return n
 }
 
