@@ -30,8 +30,14 @@ type Spec struct {
 	// Parallelism overrides the parallelism of components, by name.
 	Parallelism map[string]int `json:"parallelism,omitempty"`
 	// Settings are the --set key=value pairs, for the topology's builder.
-	Settings        map[string]string `json:"settings,omitempty"`
-	CheckpointEvery time.Duration     `json:"checkpoint_every_ns,omitempty"`
+	Settings map[string]string `json:"settings,omitempty"`
+	// CheckpointEvery is the checkpoint interval (0: the workers'
+	// default, every second in cluster mode).
+	CheckpointEvery time.Duration `json:"checkpoint_every_ns,omitempty"`
+	// NoCheckpoints runs an at-least-once topology without checkpoints
+	// (at-most-once never takes any): a worker's death then moves its
+	// tasks to other workers without their state.
+	NoCheckpoints bool `json:"no_checkpoints,omitempty"`
 	// Resume makes the first generation restore the latest checkpoint of
 	// an earlier submission of the topology, instead of starting afresh.
 	Resume bool `json:"resume,omitempty"`
@@ -315,8 +321,11 @@ func checkSpec(spec Spec) error {
 	default:
 		return fmt.Errorf("cluster: spec of topology %s has log level %q; use debug, info, warn or error", spec.Name, spec.LogLevel)
 	}
-	if spec.CheckpointEvery < 0 {
-		return fmt.Errorf("cluster: spec of topology %s has a negative checkpoint interval %v; use 0 for none", spec.Name, spec.CheckpointEvery)
+	switch {
+	case spec.CheckpointEvery < 0:
+		return fmt.Errorf("cluster: spec of topology %s has a negative checkpoint interval %v; use 0 for the default, or NoCheckpoints for none", spec.Name, spec.CheckpointEvery)
+	case spec.NoCheckpoints && spec.CheckpointEvery > 0:
+		return fmt.Errorf("cluster: spec of topology %s has a checkpoint interval %v and NoCheckpoints; choose one", spec.Name, spec.CheckpointEvery)
 	}
 	return nil
 }
