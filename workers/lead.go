@@ -29,6 +29,13 @@ type leading struct {
 	lg     *Leader
 	floor  uint64 // Floor of the generation it adopted last
 	streak int    // consecutive status rounds in which the sources were done
+	// Without checkpoints: the records the reports last showed sent and
+	// not yet processed, and since when (checkFinished); the workers last
+	// said to wait idle, not given tasks (decide).
+	unprocessed      int64
+	unprocessedSince time.Time
+	idle             []string
+	refused          uint64 // the submission's revision whose rebalance was refused
 
 	// A failover in progress, for the recovery metric: when the loss of a
 	// worker was noticed, and the generation that replaces it (once it
@@ -237,6 +244,7 @@ func (l *leading) decide() error {
 		}
 	}
 	failed := failedIn(reports, gen.Number, owners)
+	checkpoints := cfg.checkpointEvery() > 0
 	var reason string
 	handover, lost := false, false
 	switch {
@@ -245,11 +253,33 @@ func (l *leading) decide() error {
 	case !current:
 		reason = "submitted"
 	case !allLive(owners, names):
-		if moved, dead, ok := l.move(gen, tasks, cfg, par, names, now); ok {
+		if !checkpoints && l.lg == nil {
+			// A leader that has just taken over leads the running
+			// generation before it moves anything: without checkpoints,
+			// a new generation would start every task over.
+			if err := l.adopt(gen, topo, cfg); err != nil {
+				return err
+			}
+		}
+		begun := false
+		if l.lg != nil && l.lg.g.Number == gen.Number {
+			_, begun = l.lg.beganAt()
+		}
+		if !checkpoints && !begun {
+			// Its members say so before a new leader hears them.
+			begun = slices.ContainsFunc(reports, func(rep Report) bool {
+				return rep.Generation == gen.Number && rep.Status != nil && rep.Status.Begun
+			})
+		}
+		if moved, dead, fresh, ok := l.move(gen, tasks, cfg, par, names, begun, now); ok {
 			// The failover ends when the moved tasks run: their new owner
 			// says it is ready.
 			recovered := func() { r.recovery.Store(int64(time.Since(now))) }
-			if err := l.amend(gen, moved, genRev, recovered, "moved a dead worker's stateless tasks to a live one; the trees in flight replay, nothing rolls back"); err != nil {
+			why := "moved a dead worker's stateless tasks to a live one; the trees in flight replay, nothing rolls back"
+			if len(fresh) > 0 {
+				why = "moved a dead worker's tasks to a live one WITHOUT their state, as the topology runs without checkpoints: " + strings.Join(fresh, ", ") + " start again from nothing (a spout's source from its beginning)"
+			}
+			if err := l.amend(gen, moved, genRev, recovered, why); err != nil {
 				return err
 			}
 			r.moves.Add(int64(len(dead)))
@@ -266,6 +296,12 @@ func (l *leading) decide() error {
 		l.failures++
 		l.failedAt, l.restartAt = now, now.Add(restartBackoff(l.failures))
 		reason, lost = "the tasks of worker "+strings.Join(failed, ", ")+" failed", true
+	case !maps.Equal(gen.Parallelism, par) && !checkpoints:
+		// The running generation goes on: it may still finish.
+		if l.refused != specRev {
+			l.refused = specRev
+			r.log.Error().Msg("a rebalance moves the tasks' state through a checkpoint, and this topology runs without checkpoints; it goes on with its parallelism (kill it and submit it again with the new one)")
+		}
 	case !maps.Equal(gen.Parallelism, par):
 		reason, handover = "rebalanced", true
 	case len(gen.Moves) == 0 && !maps.Equal(gen.Assignment, assign),
@@ -276,6 +312,14 @@ func (l *leading) decide() error {
 		if back, ok := l.moveBack(gen, joined, now); ok {
 			return l.amend(gen, back, genRev, nil, "gave a worker that came back the slot that had moved away from it; the trees in flight replay")
 		}
+		if !checkpoints {
+			// A handover would start every task again without its state.
+			if !slices.Equal(l.idle, joined) {
+				l.idle = joined
+				r.log.Info().Strs("workers", joined).Msg("without checkpoints the running tasks keep their workers; the workers that joined get tasks when one of the others is lost")
+			}
+			break
+		}
 		reason, handover = "worker "+strings.Join(joined, ", ")+" joined", true
 	}
 	if reason == "" {
@@ -284,9 +328,11 @@ func (l *leading) decide() error {
 		}
 		return l.checkFinished(spec, specRev, gen, reports)
 	}
-	restore, floor, err := l.restorePoint(spec, gen, current, handover, Fingerprint(topo))
-	if err != nil {
-		return err
+	var restore, floor uint64
+	if checkpoints {
+		if restore, floor, err = l.restorePoint(spec, gen, current, handover, Fingerprint(topo)); err != nil {
+			return err
+		}
 	}
 	l.closeLeader()
 	next := cluster.Generation{Topology: r.name, Number: 1, Parallelism: par, Assignment: assign, RestoreFrom: restore, Floor: floor,
@@ -322,49 +368,49 @@ func (l *leading) decide() error {
 // running generation when the recovery policy both modes share
 // (rollsBack) does not roll back: every task of those slots is stateless
 // (no spout, keyed or Stateful bolt, or transactional sink) and the
-// guarantee is not exactly-once; and the generation has begun under this
-// leader with the submitted parallelism. The other tasks keep running
-// with their state; the spouts replay the trees in flight when the slot's
-// new owner announces itself, as in local mode after a worker's death
-// (DESIGN.md section 4). It returns the amended generation and the dead
-// owners.
-func (l *leading) move(gen cluster.Generation, tasks []TaskRef, cfg Config, par map[string]int, names []string, now time.Time) (cluster.Generation, []string, bool) {
-	if l.lg == nil || l.lg.g.Number != gen.Number || !maps.Equal(gen.Parallelism, par) || len(tasks) != len(gen.Assignment) {
-		return gen, nil, false
+// guarantee is not exactly-once; and the generation has begun (begun),
+// under this leader, with the submitted parallelism. The other tasks keep
+// running with their state; the spouts replay the trees in flight when
+// the slot's new owner announces itself, as in local mode after a
+// worker's death (DESIGN.md section 4). Without checkpoints the policy
+// moves every slot, stateful tasks included, which start without their
+// state. It
+// returns the amended generation, the dead owners and the stateful tasks
+// moved (as "component[index]").
+func (l *leading) move(gen cluster.Generation, tasks []TaskRef, cfg Config, par map[string]int, names []string, begun bool, now time.Time) (next cluster.Generation, dead, fresh []string, ok bool) {
+	if l.lg == nil || l.lg.g.Number != gen.Number || !begun || !maps.Equal(gen.Parallelism, par) || len(tasks) != len(gen.Assignment) {
+		return gen, nil, nil, false
 	}
-	if _, began := l.lg.beganAt(); !began {
-		return gen, nil, false
-	}
-	stateful := map[string]bool{} // by the slot's member in Assignment
+	stateful := map[string][]string{} // by the slot's member in Assignment
 	for _, t := range tasks {
 		if t.Stateful {
-			stateful[gen.Assignment[t.ID]] = true
+			m := gen.Assignment[t.ID]
+			stateful[m] = append(stateful[m], fmt.Sprintf("%s[%d]", t.Component, t.Index))
 		}
 	}
-	next := gen
+	next = gen
 	next.Moves = maps.Clone(gen.Moves)
 	if next.Moves == nil {
 		next.Moves = map[string]cluster.Move{}
 	}
-	var dead []string
 	for slot, m := range slots(gen) {
 		owner := gen.Owner(m)
 		if slices.Contains(names, owner) {
 			continue
 		}
 		inc := gen.Moves[m].Incarnation + 1
-		// Cluster mode always has checkpoints.
-		if rollsBack(cfg.Guarantee, true, !stateful[m]) || inc >= 1<<incarnationBits {
-			return gen, nil, false
+		if rollsBack(cfg.Guarantee, cfg.checkpointEvery() > 0, len(stateful[m]) == 0) || inc >= 1<<incarnationBits {
+			return gen, nil, nil, false
 		}
 		// Rendezvous by slot, so that two leaders in turn choose alike.
 		to := cluster.Assign(gen.Topology, []int{slot}, names)[slot]
 		next.Moves[m] = cluster.Move{To: to, Incarnation: inc, At: now}
+		fresh = append(fresh, stateful[m]...)
 		if !slices.Contains(dead, owner) {
 			dead = append(dead, owner)
 		}
 	}
-	return next, dead, len(dead) > 0
+	return next, dead, fresh, len(dead) > 0
 }
 
 // moveBack gives workers that came back the slots that moved away from
@@ -547,14 +593,20 @@ func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Gener
 		return nil
 	}
 	done := map[string]bool{}
+	exhausted := map[int]bool{} // spout tasks, as their owners report them
 	for _, rep := range reports {
 		if rep.Generation != gen.Number || rep.Status == nil || !rep.Status.Begun {
 			continue
 		}
 		ok := true
 		for _, t := range rep.Status.Tasks {
-			if t.Spout && (!t.Exhausted || t.Pending > 0) {
+			if !t.Spout {
+				continue
+			}
+			if !t.Exhausted || t.Pending > 0 {
 				ok = false
+			} else if gen.Owner(gen.Assignment[t.Task]) == rep.Member {
+				exhausted[t.Task] = true
 			}
 		}
 		done[rep.Member] = ok
@@ -564,6 +616,18 @@ func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Gener
 			l.streak = 0
 			return nil
 		}
+	}
+	// A spout whose slot has just moved is in no report yet: its new
+	// owner has not started it.
+	for id, t := range l.lg.r.plan.tasks {
+		if t.comp != nil && t.comp.IsSpout() && !exhausted[id] {
+			l.streak = 0
+			return nil
+		}
+	}
+	if l.lg.r.cfg.checkpointEvery() == 0 && !l.drained(gen, reports) {
+		l.streak = 0
+		return nil
 	}
 	if l.streak++; l.streak < 3 {
 		return nil
@@ -579,6 +643,29 @@ func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Gener
 	spec.LastCheckpoint = l.lg.Latest()
 	return l.setState(spec, rev, cluster.StateFinished)
 }
+
+// drained reports whether no record is in flight in gen, for a topology
+// without checkpoints, whose end has no final checkpoint to drain the
+// records (at-most-once tracks no trees, and an at-least-once tree may
+// be done while a record it sent is still queued). Records lost with a
+// dead worker never arrive: it waits for them only until the count has
+// not moved for unprocessedQuiet, as local mode does.
+func (l *leading) drained(gen cluster.Generation, reports []Report) bool {
+	var sum int64
+	for _, rep := range reports {
+		if rep.Generation == gen.Number && rep.Status != nil {
+			sum += rep.Status.Unprocessed
+		}
+	}
+	if sum != l.unprocessed || l.unprocessedSince.IsZero() {
+		l.unprocessed, l.unprocessedSince = sum, time.Now()
+	}
+	return sum == 0 || time.Since(l.unprocessedSince) >= unprocessedQuiet
+}
+
+// unprocessedQuiet is how long drained waits for records that do not
+// arrive.
+const unprocessedQuiet = 1500 * time.Millisecond
 
 // reports reads the workers' status reports of the topology, skipping
 // any that cannot be read.

@@ -16,10 +16,11 @@ import (
 // Leader is the topology leader's part of one generation: it begins the
 // generation once every slot is ready, then takes its checkpoints.
 type Leader struct {
-	r     *run
-	g     Generation
-	nc    *nats.Conn
-	sub   *nats.Subscription
+	r   *run
+	g   Generation
+	nc  *nats.Conn
+	sub *nats.Subscription
+	// coord takes the checkpoints; nil when the topology runs without.
 	coord *coordinator
 	ready map[int]bool
 	// moving are the slots changing owner, with the incarnation whose
@@ -57,15 +58,17 @@ func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 		return nil, fmt.Errorf("workers: leader cannot connect to NATS at %s: %w", r.url, err)
 	}
 	l := &Leader{r: r, g: g, nc: nc, ready: map[int]bool{}, moving: map[int]uint64{}, waits: map[int]*moveWait{}, begun: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
-	if l.coord, err = newCoordinator(ctx, r, nc, r.store, g.RestoreFrom); err != nil {
-		nc.Close()
-		return nil, err
+	if cfg.checkpointEvery() > 0 {
+		if l.coord, err = newCoordinator(ctx, r, nc, r.store, g.RestoreFrom); err != nil {
+			nc.Close()
+			return nil, err
+		}
 	}
 	if l.sub, err = nc.Subscribe(barrierSubject(topo.Name), l.onBarrier); err == nil {
 		err = nc.Flush()
 	}
 	if err != nil {
-		l.coord.close()
+		l.closeCoordinator()
 		nc.Close()
 		return nil, fmt.Errorf("workers: leader of generation %d: %w", g.Number, err)
 	}
@@ -100,7 +103,7 @@ func (l *Leader) onBarrier(m *nats.Msg) {
 	if want, ok := l.moving[slot]; ok && inc >= want {
 		delete(l.moving, slot)
 		if len(l.moving) == 0 {
-			l.coord.release()
+			l.release()
 		}
 		if w := l.waits[slot]; w != nil {
 			delete(l.waits, slot)
@@ -132,7 +135,9 @@ func (l *Leader) loop(ctx context.Context) {
 	case <-ctx.Done():
 		return
 	}
-	l.coord.loop(ctx, l.r.cfg.checkpointEvery(), l.stop)
+	if l.coord != nil {
+		l.coord.loop(ctx, l.r.cfg.checkpointEvery(), l.stop)
+	}
 }
 
 // awaitMoves holds the generation's checkpoints while slots change owner
@@ -151,7 +156,9 @@ func (l *Leader) awaitMoves(slots map[int]uint64, done func()) (cancel func()) {
 		l.waits[slot] = w
 	}
 	l.mu.Unlock()
-	l.coord.hold()
+	if l.coord != nil {
+		l.coord.hold()
+	}
 	giveUp := func(why string) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -167,7 +174,7 @@ func (l *Leader) awaitMoves(slots map[int]uint64, done func()) (cancel func()) {
 			}
 		}
 		if len(l.moving) == 0 {
-			l.coord.release()
+			l.release()
 		}
 	}
 	t := time.AfterFunc(2*l.r.cfg.CheckpointTimeout, func() {
@@ -207,6 +214,7 @@ func (l *Leader) Ready() (ready, slots int) {
 // generation: the spouts stop reading, every tree in flight completes,
 // the state is saved and transactional sinks commit. The spouts stay
 // paused, so the members can then be stopped without losing anything.
+// Without checkpoints there is nothing to take.
 func (l *Leader) Final(ctx context.Context) error {
 	l.halt()
 	select {
@@ -214,21 +222,50 @@ func (l *Leader) Final(ctx context.Context) error {
 	default:
 		return fmt.Errorf("workers: generation %d never began, so there is nothing to checkpoint", l.g.Number)
 	}
+	if l.coord == nil {
+		return nil
+	}
 	return l.coord.takeFinal(ctx)
 }
 
 // Checkpoint takes a checkpoint now (between the periodic ones).
-func (l *Leader) Checkpoint(ctx context.Context) error { return l.coord.take(ctx) }
+func (l *Leader) Checkpoint(ctx context.Context) error {
+	if l.coord == nil {
+		return fmt.Errorf("workers: topology %s runs without checkpoints", l.r.plan.topo.Name)
+	}
+	return l.coord.take(ctx)
+}
 
 // Latest is the latest complete epoch (the generation's RestoreFrom until
-// it takes one).
-func (l *Leader) Latest() uint64 { return l.coord.latest() }
+// it takes one; 0 without checkpoints).
+func (l *Leader) Latest() uint64 {
+	if l.coord == nil {
+		return 0
+	}
+	return l.coord.latest()
+}
 
 // Checkpoints summarises the generation's checkpoints.
 func (l *Leader) Checkpoints() CheckpointSummary {
+	if l.coord == nil {
+		return CheckpointSummary{}
+	}
 	s := l.coord.summary()
 	s.Latest, s.RestoredFrom = l.coord.latest(), l.g.RestoreFrom
 	return s
+}
+
+// release lets the held checkpoints go on.
+func (l *Leader) release() {
+	if l.coord != nil {
+		l.coord.release()
+	}
+}
+
+func (l *Leader) closeCoordinator() {
+	if l.coord != nil {
+		l.coord.close()
+	}
 }
 
 func (l *Leader) halt() {
@@ -242,9 +279,13 @@ func (l *Leader) halt() {
 	// loop has returned, in case a checkpoint began after the first.
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
+	var interrupt chan struct{}
+	if l.coord != nil {
+		interrupt = l.coord.interrupt
+	}
 	for {
 		select {
-		case l.coord.interrupt <- struct{}{}:
+		case interrupt <- struct{}{}:
 		default:
 		}
 		select {
@@ -260,6 +301,6 @@ func (l *Leader) halt() {
 func (l *Leader) Close() {
 	l.halt()
 	l.unshow()
-	l.coord.close()
+	l.closeCoordinator()
 	l.nc.Close()
 }

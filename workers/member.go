@@ -118,15 +118,10 @@ func clusterConfig(cfg Config, g Generation) (Config, error) {
 		return cfg, fmt.Errorf("workers: generation %d has %d worker slots", g.Number, g.Slots)
 	case cfg.NATSURL == "":
 		return cfg, errors.New("workers: cluster mode needs the NATS URL of the cluster")
-	case cfg.Checkpoints == nil:
-		return cfg, errors.New("workers: cluster mode needs a checkpoint store every worker can reach (a JetStream object store)")
-	case cfg.Guarantee == AtMostOnce:
-		return cfg, errors.New("workers: cluster mode runs at-least-once or exactly-once; at-most-once topologies run in local mode")
+	case cfg.checkpointEvery() > 0 && cfg.Checkpoints == nil:
+		return cfg, errors.New("workers: cluster mode with checkpoints needs a checkpoint store every worker can reach (a JetStream object store)")
 	case cfg.Chaos.CrashEvery > 0:
 		return cfg, errors.New("workers: crash chaos is local mode's; in cluster mode kill worker processes")
-	}
-	if cfg.CheckpointEvery <= 0 {
-		cfg.CheckpointEvery = time.Second
 	}
 	cfg.Workers, cfg.assign, cfg.Resume = g.Slots, g.Assign, false
 	if cfg.DeadLetters == nil {
@@ -176,8 +171,11 @@ func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	if err != nil {
 		return nil, err
 	}
-	if err := p.positioned(); err != nil {
-		return nil, err
+	checkpoints := cfg.checkpointEvery() > 0
+	if checkpoints {
+		if err := p.positioned(); err != nil {
+			return nil, err
+		}
 	}
 	r := newRun(topo, p, cfg)
 	if cfg.Metrics == nil {
@@ -186,13 +184,14 @@ func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 		r.timeTasks()
 	}
 	r.gen, r.leaseErr = g.Number, lease
-	// A moved slot holds stateless tasks only (the leader moves no other),
-	// so it has nothing to restore; the slots that kept running hold the
-	// topology's state.
+	// A moved slot has nothing to restore: with checkpoints it holds
+	// stateless tasks only (the leader moves no other), and the slots that
+	// kept running hold the topology's state; without, its tasks start
+	// without the state their previous owner had (the leader said so).
 	moved := g.incarnation(slot) > 0
 	restoreFrom := g.RestoreFrom
 	if moved {
-		if !slices.Contains(p.stateless, slot) {
+		if checkpoints && !slices.Contains(p.stateless, slot) {
 			return nil, fmt.Errorf("workers: generation %d moved slot %d, which holds stateful tasks; only a new generation can restore them", g.Number, slot)
 		}
 		restoreFrom = 0
@@ -398,6 +397,10 @@ type MemberStatus struct {
 	Records      int64 `json:"records"`
 	FencedFrames int64 `json:"fenced_frames"`
 	DeadLettered int64 `json:"dead_lettered"`
+	// Unprocessed is the records the member's tasks sent less those its
+	// tasks processed or dropped (from any member): summed over the
+	// members of a generation, the records in flight.
+	Unprocessed int64 `json:"unprocessed"`
 	// Components are the member's tasks' figures in this generation, per
 	// component (the status page adds them up over the members), and
 	// Transport its workers' loss and flow-control counters.
@@ -413,6 +416,7 @@ func (st *MemberStatus) add(b MemberStatus) {
 	st.Records += b.Records
 	st.FencedFrames += b.FencedFrames
 	st.DeadLettered += b.DeadLettered
+	st.Unprocessed += b.Unprocessed
 	st.Components = append(st.Components, b.Components...)
 	st.Transport.add(b.Transport)
 }
@@ -420,7 +424,7 @@ func (st *MemberStatus) add(b MemberStatus) {
 // Status reports the member's tasks.
 func (m *Member) Status() MemberStatus {
 	r := m.r
-	st := MemberStatus{Generation: m.g.Number, Slot: m.slot, Records: r.records(), FencedFrames: r.tc.fencedFrames.Load()}
+	st := MemberStatus{Generation: m.g.Number, Slot: m.slot, Records: r.records(), FencedFrames: r.tc.fencedFrames.Load(), Unprocessed: r.inFlight()}
 	select {
 	case <-m.begun:
 		st.Begun = true

@@ -52,8 +52,10 @@ type NodeConfig struct {
 	Memory *cluster.MemoryCluster
 }
 
-// Specs turns a submission into the runtime configuration of its
-// topology.
+// SpecConfig turns a submission into the runtime configuration of its
+// topology. A submission's checkpoint interval of 0 means every second
+// in cluster mode, unless it runs without checkpoints (NoCheckpoints, or
+// at-most-once, which cannot take any).
 func SpecConfig(base Config, spec cluster.Spec) (Config, error) {
 	cfg := base
 	g, err := ParseGuarantee(spec.Guarantee)
@@ -61,8 +63,16 @@ func SpecConfig(base Config, spec cluster.Spec) (Config, error) {
 		return cfg, err
 	}
 	cfg.Guarantee, cfg.Parallelism = g, maps.Clone(spec.Parallelism)
-	if spec.CheckpointEvery > 0 {
+	switch {
+	case spec.CheckpointEvery > 0:
 		cfg.CheckpointEvery = spec.CheckpointEvery
+	case spec.NoCheckpoints || g == AtMostOnce:
+		cfg.CheckpointEvery = 0
+	case cfg.CheckpointEvery == 0:
+		cfg.CheckpointEvery = time.Second
+	}
+	if g == ExactlyOnce && cfg.CheckpointEvery == 0 {
+		return cfg, errors.New("exactly-once needs checkpoints; submit it with a checkpoint interval")
 	}
 	return cfg, nil
 }

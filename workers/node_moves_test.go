@@ -131,22 +131,7 @@ func testMoveAStatelessSlot(t *testing.T, c coordination) {
 	}
 	cut := time.Now()
 	fault()
-	var moved cluster.Generation
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		moved, _, err = nd.gens.Current(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if moved.Number != first {
-			t.Fatalf("generation %d replaced %d after %s was cut off (%s); its stateless slot should have moved within the generation", moved.Number, first, victim, moved.Reason)
-		}
-		if _, ok := moved.Moves[victim]; ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the slot of %s did not move in 20 s: %+v", victim, moved)
-		}
-	}
+	moved := nd.awaitMove(name, first, victim)
 	mv := moved.Moves[victim]
 	if mv.To == victim || mv.Incarnation != 1 || !slices.Contains(members, mv.To) {
 		t.Fatalf("the slot of %s moved to %q as incarnation %d", victim, mv.To, mv.Incarnation)
@@ -226,6 +211,28 @@ func testMoveAStatelessSlot(t *testing.T, c coordination) {
 	defer mu.Unlock()
 	if len(failed) != n/10 {
 		t.Fatalf("half failed %d inputs, want %d", len(failed), n/10)
+	}
+}
+
+// awaitMove waits until the slot of victim, which died, has moved within
+// generation first, and returns the amended generation; it fails the test
+// if another generation replaces first, or nothing moves in 20 s.
+func (n *nodes) awaitMove(topo string, first uint64, victim string) cluster.Generation {
+	n.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		moved, _, err := n.gens.Current(context.Background(), topo)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		if moved.Number != first {
+			n.t.Fatalf("generation %d replaced %d after %s died (%s); its slot should have moved within the generation", moved.Number, first, victim, moved.Reason)
+		}
+		if _, ok := moved.Moves[victim]; ok {
+			return moved
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("the slot of %s did not move in 20 s: %+v", victim, moved)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,7 @@ type nodes struct {
 	// statuses holds the nodes' status reports.
 	statuses cluster.Statuses
 	elector  cluster.Elector
+	members  cluster.Members
 	nc       *nats.Conn
 	// configure, if set, changes the runtime configuration of the nodes
 	// started after it is set.
@@ -106,7 +108,7 @@ func startNodesOn(t *testing.T, c coordination, name string, build func(map[stri
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.reg, n.gens, n.statuses, n.elector = h.Registry, h.Generations, h.Statuses, h.Elector
+		n.reg, n.gens, n.statuses, n.elector, n.members = h.Registry, h.Generations, h.Statuses, h.Elector, h.Members
 		n.checkpoints, n.deadLetters = checkpoint.NewMemory(), deadletter.NewMemory()
 		return n
 	}
@@ -118,7 +120,7 @@ func startNodesOn(t *testing.T, c coordination, name string, build func(map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.reg, n.gens, n.statuses, n.elector = h.Registry, h.Generations, h.Statuses, h.Elector
+	n.reg, n.gens, n.statuses, n.elector, n.members = h.Registry, h.Generations, h.Statuses, h.Elector, h.Members
 	return n
 }
 
@@ -141,6 +143,28 @@ func (n *nodes) startWith(member string, reg *metrics.Registry) {
 	cfg := workers.NodeConfig{Name: member, NATSURL: n.url, Runtime: rt, Members: nodeTiming, Memory: n.memory,
 		StatusEvery: 100 * time.Millisecond, Topologies: map[string]func(map[string]string) (*topology.Topology, error){n.name: n.build}}
 	go func() { errc <- workers.RunNode(ctx, cfg) }()
+}
+
+// awaitMembers waits until the cluster lists exactly want.
+func (n *nodes) awaitMembers(want ...string) {
+	n.t.Helper()
+	slices.Sort(want)
+	var names []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ms, err := n.members.List(context.Background())
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		names = names[:0]
+		for _, m := range ms {
+			names = append(names, m.Name)
+		}
+		slices.Sort(names)
+		if slices.Equal(names, want) {
+			return
+		}
+	}
+	n.t.Fatalf("the members are %v after 10 s, want %v", names, want)
 }
 
 // stop ends a node as Ctrl-C would: it leaves the cluster.

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,20 +57,22 @@ func TestRecoveryPolicy(t *testing.T) {
 }
 
 // TestLeaderMovesOnlyStatelessSlots: the leader's decision on the dead
-// owners of a running generation's slots.
+// owners of a running generation's slots. With checkpoints it moves only
+// stateless ones; without (at-most-once, or at-least-once without), every
+// one, and names the stateful tasks that lose their state.
 func TestLeaderMovesOnlyStatelessSlots(t *testing.T) {
 	// Slots: w1 holds the spout (task 0), w2 and w3 only stateless tasks.
-	tasks := []TaskRef{{ID: 0, Stateful: true}, {ID: 1}, {ID: 2}, {ID: 3}}
+	tasks := []TaskRef{{ID: 0, Component: "s", Stateful: true}, {ID: 1}, {ID: 2}, {ID: 3}}
 	gen := cluster.Generation{Topology: "t", Number: 4, Parallelism: map[string]int{"s": 1, "b": 3},
 		Assignment: map[int]string{0: "w1", 1: "w2", 2: "w3", 3: "w3"}}
 	began := &Leader{g: Generation{Number: 4}, began: time.Now()}
-	alo := Config{Guarantee: AtLeastOnce}
+	alo := Config{Guarantee: AtLeastOnce, CheckpointEvery: time.Second}
 	now := time.Now()
 	l := &leading{lg: began}
 
-	moved, dead, ok := l.move(gen, tasks, alo, gen.Parallelism, []string{"w1", "w3"}, now)
-	if !ok || len(dead) != 1 || dead[0] != "w2" {
-		t.Fatalf("w2 (stateless) died: move = %v, dead %v", ok, dead)
+	moved, dead, fresh, ok := l.move(gen, tasks, alo, gen.Parallelism, []string{"w1", "w3"}, true, now)
+	if !ok || len(dead) != 1 || dead[0] != "w2" || len(fresh) != 0 {
+		t.Fatalf("w2 (stateless) died: move = %v, dead %v, without state %v", ok, dead, fresh)
 	}
 	if m := moved.Moves["w2"]; m.Incarnation != 1 || (m.To != "w1" && m.To != "w3") || !m.At.Equal(now) {
 		t.Fatalf("w2's slot moved as %+v", m)
@@ -80,7 +83,7 @@ func TestLeaderMovesOnlyStatelessSlots(t *testing.T) {
 	// The new owner dies in turn, and with it w3's own slot: both move,
 	// w2's slot as its second incarnation.
 	moved.Moves["w2"] = cluster.Move{To: "w3", Incarnation: 1}
-	again, dead, ok := l.move(moved, tasks, alo, gen.Parallelism, []string{"w1"}, now)
+	again, dead, _, ok := l.move(moved, tasks, alo, gen.Parallelism, []string{"w1"}, true, now)
 	if !ok || len(dead) != 1 || dead[0] != "w3" || again.Moves["w2"] != (cluster.Move{To: "w1", Incarnation: 2, At: now}) || again.Moves["w3"].To != "w1" {
 		t.Fatalf("w3 died with w2's slot: move = %v, dead %v, moves %+v", ok, dead, again.Moves)
 	}
@@ -89,17 +92,24 @@ func TestLeaderMovesOnlyStatelessSlots(t *testing.T) {
 		cfg   Config
 		names []string
 		par   map[string]int
+		begun bool
 	}{
-		"a stateful slot":           {l, alo, []string{"w2", "w3"}, gen.Parallelism},
-		"exactly-once":              {l, Config{Guarantee: ExactlyOnce}, []string{"w1", "w3"}, gen.Parallelism},
-		"a generation not begun":    {&leading{lg: &Leader{g: Generation{Number: 4}}}, alo, []string{"w1", "w3"}, gen.Parallelism},
-		"another generation's lead": {&leading{lg: &Leader{g: Generation{Number: 3}, began: now}}, alo, []string{"w1", "w3"}, gen.Parallelism},
-		"no lead":                   {&leading{}, alo, []string{"w1", "w3"}, gen.Parallelism},
-		"a pending rebalance":       {l, alo, []string{"w1", "w3"}, map[string]int{"s": 1, "b": 4}},
-		"nobody dead":               {l, alo, []string{"w1", "w2", "w3"}, gen.Parallelism},
+		"a stateful slot":           {l, alo, []string{"w2", "w3"}, gen.Parallelism, true},
+		"exactly-once":              {l, Config{Guarantee: ExactlyOnce}, []string{"w1", "w3"}, gen.Parallelism, true},
+		"a generation not begun":    {l, alo, []string{"w1", "w3"}, gen.Parallelism, false},
+		"another generation's lead": {&leading{lg: &Leader{g: Generation{Number: 3}, began: now}}, alo, []string{"w1", "w3"}, gen.Parallelism, true},
+		"no lead":                   {&leading{}, alo, []string{"w1", "w3"}, gen.Parallelism, true},
+		"a pending rebalance":       {l, alo, []string{"w1", "w3"}, map[string]int{"s": 1, "b": 4}, true},
+		"nobody dead":               {l, alo, []string{"w1", "w2", "w3"}, gen.Parallelism, true},
 	} {
-		if _, _, ok := c.l.move(gen, tasks, c.cfg, c.par, c.names, now); ok {
+		if _, _, _, ok := c.l.move(gen, tasks, c.cfg, c.par, c.names, c.begun, now); ok {
 			t.Errorf("%s: the leader moved a slot", what)
+		}
+	}
+	for _, cfg := range []Config{{Guarantee: AtLeastOnce}, {Guarantee: AtMostOnce}} {
+		moved, dead, fresh, ok := l.move(gen, tasks, cfg, gen.Parallelism, []string{"w2", "w3"}, true, now)
+		if !ok || len(dead) != 1 || dead[0] != "w1" || moved.Moves["w1"].Incarnation != 1 || !slices.Equal(fresh, []string{"s[0]"}) {
+			t.Fatalf("%v without checkpoints, the spout's worker died: move = %v, dead %v, without state %v, moves %+v", cfg.Guarantee, ok, dead, fresh, moved.Moves)
 		}
 	}
 }
