@@ -164,11 +164,18 @@ func newSubmitCmd(topos Topologies) *cobra.Command {
 		Use:   "submit TOPOLOGY",
 		Short: "Submit a topology to the cluster",
 		Long: `submit asks the cluster's workers to run TOPOLOGY, which must be compiled
-into their binary (and this one, which checks the settings first). Every
-guarantee takes checkpoints in cluster mode (default every second); a
-worker's death restarts the topology from the latest one.`,
+into their binary (and this one, which checks the settings first).
+
+At-least-once and exactly-once take checkpoints in cluster mode (default
+every second): a worker's death restarts the topology from the latest one,
+or, for at-least-once, moves the dead worker's tasks to another worker when
+they hold no state. At-most-once takes none, and at-least-once none with
+--checkpoint-every 0: then a dead worker's tasks always move, and those
+with state (spouts, keyed bolts) start again without it, a spout from the
+beginning of its source; rebalance is refused, and kill stops at once.`,
 		Example: `  ackflow submit wordcount --nats nats://127.0.0.1:4222 --guarantee exactly-once --set input=big.txt --set updates=/shared/out
-  ackflow submit wordcount --parallelism split=4,count=3 --resume`,
+  ackflow submit wordcount --parallelism split=4,count=3 --resume
+  ackflow submit wordcount --guarantee at-least-once --checkpoint-every 0`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -180,7 +187,8 @@ worker's death restarts the topology from the latest one.`,
 			if err != nil {
 				return err
 			}
-			spec := cluster.Spec{Name: name, Guarantee: guarantee, Parallelism: par, Settings: settings, CheckpointEvery: every, Resume: resume}
+			spec := cluster.Spec{Name: name, Guarantee: guarantee, Parallelism: par, Settings: settings, CheckpointEvery: every, Resume: resume,
+				NoCheckpoints: cmd.Flags().Changed("checkpoint-every") && every == 0}
 			if err := checkSpec(topos, spec); err != nil {
 				return err
 			}
@@ -205,10 +213,10 @@ worker's death restarts the topology from the latest one.`,
 	}
 	fl := cmd.Flags()
 	nf.register(fl)
-	fl.StringVar(&guarantee, "guarantee", "at-least-once", "at-least-once or exactly-once")
+	fl.StringVar(&guarantee, "guarantee", "at-least-once", "at-most-once, at-least-once or exactly-once")
 	fl.StringVar(&parallelism, "parallelism", "", "tasks per component, e.g. split=4,count=2")
 	fl.StringArrayVar(&sets, "set", nil, "a setting of the topology, key=value (repeat for more)")
-	fl.DurationVar(&every, "checkpoint-every", 0, "checkpoint interval (default 1s)")
+	fl.DurationVar(&every, "checkpoint-every", 0, "checkpoint interval; 0: none (at-least-once) (default 1s, none for at-most-once)")
 	fl.BoolVar(&resume, "resume", false, "start from the latest checkpoint of an earlier submission of this topology")
 	fl.DurationVar(&wait, "wait", 30*time.Second, "wait this long for the workers to run it and print where its tasks run (0: do not wait)")
 	return cmd
@@ -229,8 +237,11 @@ func checkSpec(topos Topologies, spec cluster.Spec) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Guarantee == workers.AtMostOnce {
-		return errors.New("cluster mode runs at-least-once or exactly-once; run at-most-once topologies with ackflow run")
+	if spec.Resume && cfg.CheckpointEvery == 0 {
+		return errors.New("--resume continues from a checkpoint, and this submission takes none")
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
 	for c := range spec.Parallelism {
 		if topo.Component(c) == nil {
@@ -394,12 +405,20 @@ func printStatus(w io.Writer, st *status) error {
 	if st.Leader != "" {
 		fmt.Fprintf(w, ", leader %s", st.Leader)
 	}
-	if st.Checkpoint > 0 {
+	withoutCheckpoints := sp.NoCheckpoints || sp.Guarantee == workers.AtMostOnce.String()
+	switch {
+	case withoutCheckpoints:
+		fmt.Fprint(w, ", without checkpoints")
+	case st.Checkpoint > 0:
 		fmt.Fprintf(w, ", checkpoint %d", st.Checkpoint)
 	}
 	fmt.Fprintln(w)
 	if g := st.Generation; g != nil {
-		fmt.Fprintf(w, "generation %d (%s, %s ago), restored from checkpoint %d\n", g.Number, g.Reason, time.Since(g.Created).Round(time.Second), g.RestoreFrom)
+		fmt.Fprintf(w, "generation %d (%s, %s ago)", g.Number, g.Reason, time.Since(g.Created).Round(time.Second))
+		if !withoutCheckpoints {
+			fmt.Fprintf(w, ", restored from checkpoint %d", g.RestoreFrom)
+		}
+		fmt.Fprintln(w)
 	} else {
 		fmt.Fprintln(w, "no generation yet: no worker has started it")
 	}
@@ -565,6 +584,9 @@ Stateful snapshot and transactional sinks keep their parallelism.`,
 			if spec.State != cluster.StateRunning {
 				return fmt.Errorf("%s is %s; only a running topology can be rebalanced", name, spec.State)
 			}
+			if cfg, err := workers.SpecConfig(workers.DefaultConfig(), spec); err == nil && cfg.CheckpointEvery == 0 {
+				return fmt.Errorf("%s runs without checkpoints, and a rebalance moves the tasks' state through one; kill it and submit it again with the new parallelism", name)
+			}
 			if spec.Parallelism == nil {
 				spec.Parallelism = map[string]int{}
 			}
@@ -604,7 +626,8 @@ func newKillCmd() *cobra.Command {
 		Short: "Stop a topology: its spouts stop, what is in flight finishes, its tasks stop",
 		Long: `kill stops a topology's spouts, lets every record in flight be processed,
 takes a final checkpoint (transactional sinks commit), and stops its tasks.
-A later submit --resume continues from that checkpoint.`,
+A later submit --resume continues from that checkpoint. A topology without
+checkpoints stops at once.`,
 		Example: `  ackflow kill wordcount --wait 1m`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -47,13 +47,15 @@ func TestCheckSpecRefusesBeforeSubmitting(t *testing.T) {
 		spec specArgs
 		want string
 	}{
-		"unknown topology": {specArgs{name: "nope", guarantee: "at-least-once"}, "no topology nope"},
-		"unknown setting":  {specArgs{name: "wordcount", guarantee: "at-least-once", settings: Settings{"colour": "red"}}, `unknown setting "colour"`},
-		"bad rate":         {specArgs{name: "wordcount", guarantee: "at-least-once", settings: Settings{"rate": "fast"}}, "not a number"},
-		"missing updates":  {specArgs{name: "wordcount", guarantee: "at-least-once", settings: Settings{"updates": "/nonexistent/dir"}}, "not a directory"},
-		"at-most-once":     {specArgs{name: "wordcount", guarantee: "at-most-once"}, "at-least-once or exactly-once"},
-		"bad guarantee":    {specArgs{name: "wordcount", guarantee: "twice"}, "unknown guarantee"},
-		"bad component":    {specArgs{name: "wordcount", guarantee: "at-least-once", par: map[string]int{"nope": 2}}, "no component nope"},
+		"unknown topology":                 {specArgs{name: "nope", guarantee: "at-least-once"}, "no topology nope"},
+		"unknown setting":                  {specArgs{name: "wordcount", guarantee: "at-least-once", settings: Settings{"colour": "red"}}, `unknown setting "colour"`},
+		"bad rate":                         {specArgs{name: "wordcount", guarantee: "at-least-once", settings: Settings{"rate": "fast"}}, "not a number"},
+		"missing updates":                  {specArgs{name: "wordcount", guarantee: "at-least-once", settings: Settings{"updates": "/nonexistent/dir"}}, "not a directory"},
+		"exactly-once without checkpoints": {specArgs{name: "wordcount", guarantee: "exactly-once", none: true}, "exactly-once needs checkpoints"},
+		"at-most-once with checkpoints":    {specArgs{name: "wordcount", guarantee: "at-most-once", every: time.Second}, "checkpoints need at-least-once or exactly-once"},
+		"resume without checkpoints":       {specArgs{name: "wordcount", guarantee: "at-least-once", none: true, resume: true}, "takes none"},
+		"bad guarantee":                    {specArgs{name: "wordcount", guarantee: "twice"}, "unknown guarantee"},
+		"bad component":                    {specArgs{name: "wordcount", guarantee: "at-least-once", par: map[string]int{"nope": 2}}, "no component nope"},
 	}
 	for name, c := range cases {
 		err := checkSpec(topos, c.spec.spec())
@@ -61,8 +63,14 @@ func TestCheckSpecRefusesBeforeSubmitting(t *testing.T) {
 			t.Errorf("%s: %v, want an error saying %q", name, err, c.want)
 		}
 	}
-	if err := checkSpec(topos, specArgs{name: "wordcount", guarantee: "exactly-once", par: map[string]int{"count": 4}}.spec()); err != nil {
-		t.Fatal(err)
+	for _, ok := range []specArgs{
+		{name: "wordcount", guarantee: "exactly-once", par: map[string]int{"count": 4}},
+		{name: "wordcount", guarantee: "at-most-once"},
+		{name: "wordcount", guarantee: "at-least-once", none: true},
+	} {
+		if err := checkSpec(topos, ok.spec()); err != nil {
+			t.Errorf("%+v: %v", ok, err)
+		}
 	}
 }
 
@@ -70,8 +78,10 @@ type specArgs struct {
 	name, guarantee string
 	settings        Settings
 	par             map[string]int
+	every           time.Duration
+	none, resume    bool
 }
 
 func (a specArgs) spec() cluster.Spec {
-	return cluster.Spec{Name: a.name, Guarantee: a.guarantee, Settings: a.settings, Parallelism: a.par}
+	return cluster.Spec{Name: a.name, Guarantee: a.guarantee, Settings: a.settings, Parallelism: a.par, CheckpointEvery: a.every, NoCheckpoints: a.none, Resume: a.resume}
 }
