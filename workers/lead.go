@@ -572,7 +572,7 @@ func (l *leading) kill(spec cluster.Spec, rev uint64, gen cluster.Generation) er
 		select {
 		case <-l.lg.Begun():
 			fctx, cancel := context.WithTimeout(l.ctx, l.lg.r.cfg.CheckpointTimeout+5*time.Second)
-			err := l.lg.Final(fctx)
+			err := l.finalize(fctx)
 			cancel()
 			if err != nil {
 				l.r.log.Warn().Err(err).Msg("the final checkpoint of the killed topology failed; a resubmission with --resume starts from the one before")
@@ -582,6 +582,21 @@ func (l *leading) kill(spec cluster.Spec, rev uint64, gen cluster.Generation) er
 		}
 	}
 	return l.setState(spec, rev, cluster.StateKilled)
+}
+
+// finalize ends the generation before the topology's state says killed
+// or finished: its final checkpoint, or without checkpoints every member
+// stopping its tasks gracefully, so that what the sinks hold is committed
+// when the state is out.
+func (l *leading) finalize(ctx context.Context) error {
+	if l.lg.coord == nil {
+		if err := l.lg.End(ctx); err != nil {
+			// The members still stop when they see the state.
+			l.r.log.Warn().Err(err).Msg("ending the generation: not every worker said its tasks stopped")
+		}
+		return nil
+	}
+	return l.lg.Final(ctx)
 }
 
 // checkFinished ends a topology whose sources are all exhausted and whose
@@ -633,7 +648,7 @@ func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Gener
 		return nil
 	}
 	fctx, cancel := context.WithTimeout(l.ctx, l.lg.r.cfg.CheckpointTimeout+5*time.Second)
-	err := l.lg.Final(fctx)
+	err := l.finalize(fctx)
 	cancel()
 	if err != nil {
 		l.streak = 0

@@ -23,6 +23,8 @@ type Leader struct {
 	// coord takes the checkpoints; nil when the topology runs without.
 	coord *coordinator
 	ready map[int]bool
+	// ended are the slots whose tasks said they stopped (End).
+	ended map[int]bool
 	// moving are the slots changing owner, with the incarnation whose
 	// "ready" ends the checkpoints' hold (awaitMoves).
 	moving map[int]uint64
@@ -57,7 +59,7 @@ func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	if err != nil {
 		return nil, fmt.Errorf("workers: leader cannot connect to NATS at %s: %w", r.url, err)
 	}
-	l := &Leader{r: r, g: g, nc: nc, ready: map[int]bool{}, moving: map[int]uint64{}, waits: map[int]*moveWait{}, begun: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Leader{r: r, g: g, nc: nc, ready: map[int]bool{}, ended: map[int]bool{}, moving: map[int]uint64{}, waits: map[int]*moveWait{}, begun: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.checkpointEvery() > 0 {
 		if l.coord, err = newCoordinator(ctx, r, nc, r.store, g.RestoreFrom); err != nil {
 			nc.Close()
@@ -82,7 +84,7 @@ func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 // "ready" later (it missed the first, or moved to another worker).
 func (l *Leader) onBarrier(m *nats.Msg) {
 	f := strings.Fields(string(m.Data))
-	if len(f) != 4 || f[0] != "ready" {
+	if len(f) != 4 || f[0] != "ready" && f[0] != "ended" {
 		return
 	}
 	gen, err1 := strconv.ParseUint(f[1], 10, 64)
@@ -99,6 +101,10 @@ func (l *Leader) onBarrier(m *nats.Msg) {
 	}()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if f[0] == "ended" {
+		l.ended[slot] = true
+		return
+	}
 	l.ready[slot] = true
 	if want, ok := l.moving[slot]; ok && inc >= want {
 		delete(l.moving, slot)
@@ -226,6 +232,36 @@ func (l *Leader) Final(ctx context.Context) error {
 		return nil
 	}
 	return l.coord.takeFinal(ctx)
+}
+
+// End ends a generation without checkpoints: every member stops its
+// tasks gracefully (their Cleanup runs, so sinks commit what they hold)
+// and says so; End returns once every slot has, or with an error naming
+// those that did not when ctx ends. The tasks of a generation whose
+// sources are exhausted have processed every record by then.
+func (l *Leader) End(ctx context.Context) error {
+	l.halt()
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		l.nc.Publish(barrierSubject(l.r.plan.topo.Name), []byte(fmt.Sprintf("end %d", l.g.Number)))
+		l.mu.Lock()
+		var left []int
+		for slot := range l.g.Slots {
+			if !l.ended[slot] {
+				left = append(left, slot)
+			}
+		}
+		l.mu.Unlock()
+		if len(left) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("workers: generation %d: slots %v did not say their tasks stopped: %w", l.g.Number, left, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // Checkpoint takes a checkpoint now (between the periodic ones).

@@ -148,7 +148,10 @@ type Member struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	ended atomic.Bool
-	close func()
+	// endDone is closed once the member has ended: a second end waits
+	// for the first.
+	endDone chan struct{}
+	close   func()
 	// unshow removes the member from the metrics registry.
 	unshow func()
 }
@@ -224,7 +227,7 @@ func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 		closeLetters()
 		return nil, err
 	}
-	m := &Member{r: r, w: w, g: g, slot: slot, begun: make(chan struct{}), stop: make(chan struct{}), close: closeLetters,
+	m := &Member{r: r, w: w, g: g, slot: slot, begun: make(chan struct{}), stop: make(chan struct{}), endDone: make(chan struct{}), close: closeLetters,
 		unshow: r.showMetrics(r.hostedTasks(slot), nil, true)}
 	subject := barrierSubject(topo.Name)
 	m.sub, err = w.nc.Subscribe(subject, m.onBarrier)
@@ -310,10 +313,16 @@ func (m *Member) announce(subject string) {
 
 func (m *Member) onBarrier(msg *nats.Msg) {
 	f := strings.Fields(string(msg.Data))
-	if len(f) != 2 || f[0] != "begin" {
+	if len(f) != 2 || f[0] != "begin" && f[0] != "end" {
 		return
 	}
 	if gen, err := strconv.ParseUint(f[1], 10, 64); err != nil || gen != m.g.Number {
+		return
+	}
+	if f[0] == "end" {
+		// The leader ends a generation without checkpoints: the tasks stop
+		// gracefully, so that sinks commit, and "ended" tells it when.
+		go m.Stop()
 		return
 	}
 	m.once.Do(func() {
@@ -353,15 +362,22 @@ func (m *Member) Crash() { m.end(true) }
 
 func (m *Member) end(crash bool) {
 	if m.ended.Swap(true) {
+		<-m.endDone
 		return
 	}
+	defer close(m.endDone)
 	close(m.stop)
 	m.once.Do(func() {}) // a late "begin" starts nothing
 	if crash {
 		m.w.crash()
 		m.w.wg.Wait()
 	} else {
-		m.w.shutdown()
+		m.w.stopTasks()
+		// Their Cleanup has run: a leader ending the generation (End)
+		// waits for this.
+		m.w.nc.Publish(barrierSubject(m.r.plan.topo.Name), []byte(fmt.Sprintf("ended %d %d %d", m.g.Number, m.slot, m.g.incarnation(m.slot))))
+		m.w.nc.FlushTimeout(time.Second)
+		m.w.nc.Close()
 	}
 	m.wg.Wait()
 	m.unshow()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,13 +17,27 @@ import (
 
 // noCheckpointsTopology reads numbers from a spout that cannot seek (no
 // checkpoint could rewind it) through a shuffled pass into a sink that
-// records every value it is given, as an external system would.
-func noCheckpointsTopology(t *testing.T, name string, n int64, sink *flowtest.Sink) *topology.Topology {
+// records every value it is given, as an external system would, and
+// counts its tasks' Cleanups (where a sink without checkpoints commits).
+func noCheckpointsTopology(t *testing.T, name string, n int64, sink *flowtest.Sink, cleaned *atomic.Int64) *topology.Topology {
 	b := topology.NewBuilder(name)
 	b.Spout("numbers", func() topology.Spout { return &numbers{n: n, d: 3 * time.Second} }, 1).Outputs("n")
 	b.Bolt("pre", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.Shuffle()).Outputs("n")
-	b.Bolt("sink", sink.Bolt, 2).Input("pre", topology.Shuffle())
+	b.Bolt("sink", func() topology.Bolt { return &cleanedBolt{Bolt: sink.Bolt(), cleaned: cleaned} }, 2).Input("pre", topology.Shuffle())
 	return build(t, b)
+}
+
+// cleanedBolt counts the Cleanups of the bolt it wraps, which take a
+// while, as a commit does.
+type cleanedBolt struct {
+	topology.Bolt
+	cleaned *atomic.Int64
+}
+
+func (b *cleanedBolt) Cleanup() error {
+	time.Sleep(300 * time.Millisecond)
+	defer b.cleaned.Add(1)
+	return b.Bolt.Cleanup()
 }
 
 // seen counts how often the sink was given each number.
@@ -55,8 +70,9 @@ func TestNodesRunWithoutCheckpoints(t *testing.T) {
 				const n = 3000
 				name := "nockpt-" + g[:7]
 				sink := flowtest.NewSink()
+				var cleaned atomic.Int64
 				topo := func(map[string]string) (*topology.Topology, error) {
-					return noCheckpointsTopology(t, name, n, sink), nil
+					return noCheckpointsTopology(t, name, n, sink, &cleaned), nil
 				}
 				nd := startNodesOn(t, c, name, topo)
 				members := []string{"n1", "n2", "n3"}
@@ -103,6 +119,11 @@ func TestNodesRunWithoutCheckpoints(t *testing.T) {
 					t.Fatalf("after a join and a rebalance without checkpoints: generation %d (%s) on %v, want %d without n4", now.Number, now.Reason, owners(now), first)
 				}
 				nd.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+				// Finished means committed: the sink tasks that ran to the
+				// end had cleaned up before the state said so.
+				if got := cleaned.Load(); got < 2 {
+					t.Fatalf("the topology is finished and %d of its 2 sink tasks have cleaned up", got)
+				}
 				nd.stopAll()
 
 				got := seen(t, sink)

@@ -462,7 +462,13 @@ func (w *Worker) crash() {
 // shutdown stops the tasks gracefully (Cleanup and Close run) and closes
 // the connection.
 func (w *Worker) shutdown() {
+	w.stopTasks()
+	w.nc.Close()
+}
+
+// stopTasks stops the worker's tasks gracefully (their Cleanup runs) and
+// waits for them; the connection stays open.
+func (w *Worker) stopTasks() {
 	w.cancel()
 	w.wg.Wait()
-	w.nc.Close()
 }
