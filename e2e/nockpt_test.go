@@ -1,0 +1,152 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ackflow/ackflow/sinks"
+)
+
+// TestClusterRunsWithoutCheckpoints submits a word count to three worker
+// processes without checkpoints and SIGKILLs one under load. At-most-once
+// loses a worker that holds only split tasks: its slot moves within the
+// generation, and no count is ever published twice or beyond the input.
+// At-least-once with --checkpoint-every 0 loses the spout's worker: the
+// spout starts over from the beginning of the file on another worker, and
+// every count the input implies is published (some more than once).
+func TestClusterRunsWithoutCheckpoints(t *testing.T) {
+	for _, guarantee := range []string{"at-most-once", "at-least-once"} {
+		t.Run(guarantee, func(t *testing.T) {
+			c := startTLSCluster(t)
+			in, updates := filepath.Join(c.dir, "in.txt"), filepath.Join(c.dir, "updates")
+			if err := os.Mkdir(updates, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			oracle := writeText(t, in, 768<<10, 13)
+			workers := []string{"w1", "w2", "w3"}
+			for _, w := range workers {
+				c.worker(w)
+			}
+			// Without checkpoints a worker that joins late gets no tasks.
+			for _, w := range workers {
+				c.awaitWorker(w, 30*time.Second)
+			}
+			args := []string{"submit", "wordcount", "--guarantee", guarantee, "--parallelism", "split=5,count=1",
+				"--set", "input=" + in, "--set", "updates=" + updates, "--set", "rate=1500", "--wait", "30s"}
+			if guarantee == "at-least-once" {
+				args = append(args, "--checkpoint-every", "0")
+			}
+			c.cli(args...)
+			st := c.await("three workers run every task", 30*time.Second, func(s *clusterStatus) bool {
+				return s.running() && len(s.Workers) == 3
+			})
+			time.Sleep(2 * time.Second) // counts are published
+			victim := noCheckpointVictim(t, st, guarantee)
+			gen := st.gen()
+			c.signal(victim, syscall.SIGKILL)
+			st = c.await("the killed worker's slot moved", 30*time.Second, func(s *clusterStatus) bool {
+				_, moved := s.Generation.Moves[victim]
+				return moved && s.running()
+			})
+			if st.gen() != gen {
+				t.Fatalf("generation %d (%s) replaced %d after %s was killed; without checkpoints its slot should have moved", st.gen(), st.Generation.Reason, gen, victim)
+			}
+			t.Logf("SIGKILL %s: its slot moved to %s within generation %d", victim, st.Generation.Moves[victim].To, gen)
+			c.await("the topology finishes", 3*time.Minute, func(s *clusterStatus) bool { return s.Topology.State == "finished" })
+			if guarantee == "at-least-once" {
+				checkUpdates(t, updates, oracle, false)
+				return
+			}
+			checkAtMostOnce(t, updates, oracle)
+		})
+	}
+}
+
+// awaitWorker waits until ackflow health finds the worker connected.
+func (c *testCluster) awaitWorker(name string, d time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		_, stderr, err := ackflow(c.t, 10*time.Second, "health", "--worker", name, "--nats", c.url)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			fatalf(c.t, "worker %s is not connected after %v: %s\n%s", name, d, stderr, c.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// noCheckpointVictim is the worker to kill: under at-least-once the one
+// with the spout (and not the count, whose state would be lost), under
+// at-most-once one with split tasks only.
+func noCheckpointVictim(t *testing.T, st *clusterStatus, guarantee string) string {
+	t.Helper()
+	holds := map[string]map[string]bool{}
+	for _, task := range st.Tasks {
+		if holds[task.Owner] == nil {
+			holds[task.Owner] = map[string]bool{}
+		}
+		holds[task.Owner][task.Component] = true
+	}
+	for _, w := range slices.Sorted(func(yield func(string) bool) {
+		for w := range holds {
+			if !yield(w) {
+				return
+			}
+		}
+	}) {
+		h := holds[w]
+		if h["count"] {
+			continue
+		}
+		if guarantee == "at-least-once" && h["lines"] || guarantee == "at-most-once" && !h["lines"] && h["split"] {
+			return w
+		}
+	}
+	b, _ := json.MarshalIndent(st.Tasks, "", "  ")
+	t.Fatalf("no worker fits (%s); rename the workers or change the parallelism:\n%s", guarantee, b)
+	return ""
+}
+
+// checkAtMostOnce checks that no count update is in the sink twice and
+// none counts a word more often than the input has it.
+func checkAtMostOnce(t *testing.T, dir string, oracle map[string]int64) {
+	t.Helper()
+	lines, err := sinks.Lines(dir, "updates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var total int64
+	for _, n := range oracle {
+		total += n
+	}
+	for _, l := range lines {
+		l = strings.TrimSuffix(l, "\n")
+		if seen[l] {
+			t.Fatalf("update %q is in the sink twice under at-most-once", l)
+		}
+		seen[l] = true
+		w, k, _ := strings.Cut(l, "\t")
+		n, err := strconv.ParseInt(k, 10, 64)
+		if err != nil || n < 1 || n > oracle[w] {
+			t.Fatalf("update %q counts beyond the input's %d", l, oracle[w])
+		}
+	}
+	t.Logf("%d update lines for %d words in the input (at-most-once: %s lost)", len(lines), total, fmt.Sprint(total-int64(len(lines))))
+	if int64(len(lines)) < total/2 {
+		t.Fatalf("only %d of %d updates: more lost than one of three workers' split tasks had in flight", len(lines), total)
+	}
+}
