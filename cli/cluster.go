@@ -172,7 +172,8 @@ or, for at-least-once, moves the dead worker's tasks to another worker when
 they hold no state. At-most-once takes none, and at-least-once none with
 --checkpoint-every 0: then a dead worker's tasks always move, and those
 with state (spouts, keyed bolts) start again without it, a spout from the
-beginning of its source; rebalance is refused, and kill stops at once.`,
+beginning of its source; rebalance is refused, and kill does not wait for
+the records in flight.`,
 		Example: `  ackflow submit wordcount --nats nats://127.0.0.1:4222 --guarantee exactly-once --set input=big.txt --set updates=/shared/out
   ackflow submit wordcount --parallelism split=4,count=3 --resume
   ackflow submit wordcount --guarantee at-least-once --checkpoint-every 0`,
@@ -627,7 +628,8 @@ func newKillCmd() *cobra.Command {
 		Long: `kill stops a topology's spouts, lets every record in flight be processed,
 takes a final checkpoint (transactional sinks commit), and stops its tasks.
 A later submit --resume continues from that checkpoint. A topology without
-checkpoints stops at once.`,
+checkpoints stops its tasks without waiting for the records in flight
+(their Cleanup runs: sinks commit what they hold).`,
 		Example: `  ackflow kill wordcount --wait 1m`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
