@@ -20,6 +20,7 @@ const (
 	StateKilling  = "killing"  // its workers are stopping it
 	StateKilled   = "killed"   // stopped; the name may be submitted again
 	StateFinished = "finished" // its sources are exhausted and every record processed; the name may be submitted again
+	StateFailed   = "failed"   // its tasks failed FailAfter times in a row (Error says why); the name may be submitted again
 )
 
 // Spec is a submitted topology. Its code is compiled into every worker
@@ -38,6 +39,13 @@ type Spec struct {
 	// (at-most-once never takes any): a worker's death then moves its
 	// tasks to other workers without their state.
 	NoCheckpoints bool `json:"no_checkpoints,omitempty"`
+	// FailAfter makes the topology fail (StateFailed) when its tasks fail
+	// that many times in a row, each within a minute of the one before
+	// (a spout or bolt that cannot start or go on); 0 starts a new
+	// generation after every failure, with a growing pause.
+	FailAfter int `json:"fail_after,omitempty"`
+	// Error is why the topology failed.
+	Error string `json:"error,omitempty"`
 	// Resume makes the first generation restore the latest checkpoint of
 	// an earlier submission of the topology, instead of starting afresh.
 	Resume bool `json:"resume,omitempty"`
@@ -142,7 +150,7 @@ func (r *registry) Submit(ctx context.Context, spec Spec) error {
 }
 
 // replaceKilled submits over a topology of the same name if it has
-// stopped: killed, or finished.
+// stopped: killed, finished or failed.
 func (r *registry) replaceKilled(ctx context.Context, name string, value []byte) error {
 	old, rev, err := r.Get(ctx, name)
 	if errors.Is(err, ErrNotFound) {
@@ -151,7 +159,7 @@ func (r *registry) replaceKilled(ctx context.Context, name string, value []byte)
 	if err != nil {
 		return err
 	}
-	if old.State != StateKilled && old.State != StateFinished {
+	if old.State != StateKilled && old.State != StateFinished && old.State != StateFailed {
 		return fmt.Errorf("%w: topology %s is %s (submitted %s); kill it first, or submit under another name",
 			ErrExists, name, old.State, old.Submitted.Format(time.RFC3339))
 	}
@@ -309,9 +317,9 @@ func checkSpec(spec Spec) error {
 		return fmt.Errorf("cluster: spec of topology %s has no guarantee; set at-most-once, at-least-once or exactly-once", spec.Name)
 	}
 	switch spec.State {
-	case StateRunning, StateKilling, StateKilled, StateFinished:
+	case StateRunning, StateKilling, StateKilled, StateFinished, StateFailed:
 	default:
-		return fmt.Errorf("cluster: spec of topology %s has state %q; use %q, %q, %q or %q", spec.Name, spec.State, StateRunning, StateKilling, StateKilled, StateFinished)
+		return fmt.Errorf("cluster: spec of topology %s has state %q; use %q, %q, %q, %q or %q", spec.Name, spec.State, StateRunning, StateKilling, StateKilled, StateFinished, StateFailed)
 	}
 	if err := checkParallelism("spec", spec.Name, spec.Parallelism); err != nil {
 		return err
@@ -322,6 +330,8 @@ func checkSpec(spec Spec) error {
 		return fmt.Errorf("cluster: spec of topology %s has log level %q; use debug, info, warn or error", spec.Name, spec.LogLevel)
 	}
 	switch {
+	case spec.FailAfter < 0:
+		return fmt.Errorf("cluster: spec of topology %s has FailAfter %d; use 0 to retry for good, or a positive count", spec.Name, spec.FailAfter)
 	case spec.CheckpointEvery < 0:
 		return fmt.Errorf("cluster: spec of topology %s has a negative checkpoint interval %v; use 0 for the default, or NoCheckpoints for none", spec.Name, spec.CheckpointEvery)
 	case spec.NoCheckpoints && spec.CheckpointEvery > 0:

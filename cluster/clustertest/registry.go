@@ -132,8 +132,15 @@ func submitRefusesRunning(t *testing.T, open registryOpener) {
 	got.State = cluster.StateFinished
 	update(t, r, got, rev)
 	submit(t, r, sampleSpec("wc"))
-	if got, _ := getSpec(t, r, "wc"); got.State != cluster.StateRunning || got.Settings["input"] != "/data/in.txt" {
+	got, rev = getSpec(t, r, "wc")
+	if got.State != cluster.StateRunning || got.Settings["input"] != "/data/in.txt" {
 		t.Fatalf("a submission over a finished topology reads back as %+v, want the new one, running", got)
+	}
+	got.State, got.Error = cluster.StateFailed, "the bolt cannot prepare"
+	update(t, r, got, rev)
+	submit(t, r, sampleSpec("wc"))
+	if got, _ := getSpec(t, r, "wc"); got.State != cluster.StateRunning || got.Error != "" {
+		t.Fatalf("a submission over a failed topology reads back as %+v, want the new one, running", got)
 	}
 	killed := sampleSpec("other")
 	killed.State = cluster.StateKilled
