@@ -296,6 +296,14 @@ func (l *leading) decide() error {
 		l.failures++
 		l.failedAt, l.restartAt = now, now.Add(restartBackoff(l.failures))
 		reason, lost = "the tasks of worker "+strings.Join(failed, ", ")+" failed", true
+		if spec.FailAfter > 0 && l.failures >= spec.FailAfter {
+			r.log.Error().Int("times", l.failures).Str("why", reason).Msg("the topology failed: its tasks failed too often in a row")
+			spec.Error = fmt.Sprintf("%s, %d times in a row", reason, l.failures)
+			if l.lg != nil {
+				spec.LastCheckpoint = l.lg.Latest()
+			}
+			return l.setState(spec, specRev, cluster.StateFailed)
+		}
 	case !maps.Equal(gen.Parallelism, par) && !checkpoints:
 		// The running generation goes on: it may still finish.
 		if l.refused != specRev {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/ackflow/ackflow/cluster"
 	"github.com/ackflow/ackflow/flowtest"
 	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/workers"
 )
 
 // failingSpout is a rewindable numbers spout whose Next fails once, for
@@ -172,5 +174,83 @@ func TestNodesNeverRestoreAnEarlierSubmissionsCheckpoint(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		expectOnly(t, result, 5000, 3000)
+	})
+}
+
+// TestNodesFailATopologyWhoseTasksKeepFailing: with FailAfter, a bolt that
+// can never prepare makes the leader give up after that many generations
+// instead of starting new ones for good: the topology is failed, says
+// why, its workers stop its tasks, and its name can be submitted again.
+func TestNodesFailATopologyWhoseTasksKeepFailing(t *testing.T) {
+	eachCoordination(t, func(t *testing.T, c coordination) {
+		verifyNoLeaks(t)
+		const name = "failing"
+		var mu sync.Mutex
+		result := map[string]int64{}
+		var prepareFails atomic.Int64
+		prepareFails.Store(1 << 30)
+		n := startNodesOn(t, c, name, func(map[string]string) (*topology.Topology, error) {
+			b := topology.NewBuilder(name)
+			b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: 1000, d: time.Second}} }, 1).Outputs("n")
+			b.Bolt("pre", func() topology.Bolt { return &failingPrepare{left: &prepareFails} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+			b.Bolt("count", func() topology.Bolt { return &keyedCounter{mu: &mu, result: result} }, 1).KeyedState().
+				Input("pre", topology.Fields("n")).Outputs("n")
+			return b.Build()
+		})
+		n.start("n1")
+		n.start("n2")
+		n.awaitMembers("n1", "n2") // a join would be a generation of its own
+		ctx := context.Background()
+		if err := n.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "at-least-once", FailAfter: 2}); err != nil {
+			t.Fatal(err)
+		}
+		n.await(time.Minute, func(s string) bool { return s == cluster.StateFailed })
+		spec, _, err := n.reg.Get(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen, _, err := n.gens.Current(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("failed in generation %d: %s", gen.Number, spec.Error)
+		if !strings.Contains(spec.Error, "cannot prepare (injected)") || !strings.Contains(spec.Error, "2 times in a row") {
+			t.Fatalf("the failed topology says %q", spec.Error)
+		}
+		if gen.Number != 2 {
+			t.Fatalf("failed in generation %d; the first failure starts generation 2, the second fails the topology", gen.Number)
+		}
+		// Its workers stop its tasks: no report of it shows one.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			reports, err := n.statuses.List(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			running := 0
+			for _, cr := range reports {
+				if rep, err := workers.DecodeReport(cr); err == nil && rep.Status != nil {
+					running += len(rep.Status.Tasks)
+				}
+			}
+			if running == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d tasks of the failed topology still run after 10 s", running)
+			}
+		}
+		prepareFails.Store(0)
+		if err := n.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "at-least-once"}); err != nil {
+			t.Fatalf("a failed topology's name cannot be submitted again: %v", err)
+		}
+		n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+		n.stopAll()
+		mu.Lock()
+		defer mu.Unlock()
+		for i := int64(0); i < 1000; i++ {
+			if result[strconv.FormatInt(i, 10)] < 1 {
+				t.Fatalf("the resubmission never counted %d", i)
+			}
+		}
 	})
 }
