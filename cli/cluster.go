@@ -160,6 +160,7 @@ func newSubmitCmd(topos Topologies) *cobra.Command {
 	var sets []string
 	var every, wait time.Duration
 	var resume bool
+	var failAfter int
 	cmd := &cobra.Command{
 		Use:   "submit TOPOLOGY",
 		Short: "Submit a topology to the cluster",
@@ -189,7 +190,7 @@ the records in flight.`,
 				return err
 			}
 			spec := cluster.Spec{Name: name, Guarantee: guarantee, Parallelism: par, Settings: settings, CheckpointEvery: every, Resume: resume,
-				NoCheckpoints: cmd.Flags().Changed("checkpoint-every") && every == 0}
+				NoCheckpoints: cmd.Flags().Changed("checkpoint-every") && every == 0, FailAfter: failAfter}
 			if err := checkSpec(topos, spec); err != nil {
 				return err
 			}
@@ -219,6 +220,7 @@ the records in flight.`,
 	fl.StringArrayVar(&sets, "set", nil, "a setting of the topology, key=value (repeat for more)")
 	fl.DurationVar(&every, "checkpoint-every", 0, "checkpoint interval; 0: none (at-least-once) (default 1s, none for at-most-once)")
 	fl.BoolVar(&resume, "resume", false, "start from the latest checkpoint of an earlier submission of this topology")
+	fl.IntVar(&failAfter, "fail-after", 0, "fail the topology when its tasks fail this many times in a row (0: start it again after every failure, with a growing pause)")
 	fl.DurationVar(&wait, "wait", 30*time.Second, "wait this long for the workers to run it and print where its tasks run (0: do not wait)")
 	return cmd
 }
@@ -381,6 +383,9 @@ func waitRunning(ctx context.Context, c *conn, name string, wait time.Duration, 
 		if err != nil {
 			return nil, err
 		}
+		if st.Topology.State == cluster.StateFailed {
+			return nil, fmt.Errorf("%s failed: %s", name, st.Topology.Error)
+		}
 		if st.running() && ok(*st.Generation) {
 			return st, nil
 		}
@@ -414,6 +419,9 @@ func printStatus(w io.Writer, st *status) error {
 		fmt.Fprintf(w, ", checkpoint %d", st.Checkpoint)
 	}
 	fmt.Fprintln(w)
+	if sp.Error != "" {
+		fmt.Fprintf(w, "failed: %s\n", sp.Error)
+	}
 	if g := st.Generation; g != nil {
 		fmt.Fprintf(w, "generation %d (%s, %s ago)", g.Number, g.Reason, time.Since(g.Created).Round(time.Second))
 		if !withoutCheckpoints {

@@ -84,3 +84,33 @@ func TestStatusShowsAMovedSlotsOwner(t *testing.T) {
 		t.Fatalf("the status table does not show task 1 on w3 at epoch 1.1:\n%s", text)
 	}
 }
+
+// TestStatusSaysWhyATopologyFailed: a topology the leader gave up on
+// (FailAfter) shows its state and why in ackflow status, kill says it is
+// already failed, and submit replaces it with a new submission.
+func TestStatusSaysWhyATopologyFailed(t *testing.T) {
+	_, url, reg := submittedWordCount(t)
+	ctx := context.Background()
+	spec, rev, err := reg.Get(ctx, "wordcount")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.State, spec.Error = cluster.StateFailed, "the tasks of worker w1 (Prepare: no database) failed, 3 times in a row"
+	if _, err := reg.Update(ctx, spec, rev); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runAgainst(url, "status", "wordcount")
+	if err != nil || !strings.Contains(out, "topology wordcount: failed") || !strings.Contains(out, "failed: the tasks of worker w1 (Prepare: no database) failed, 3 times in a row") {
+		t.Fatalf("status of a failed topology: %v\n%s", err, out)
+	}
+	if out, err := runAgainst(url, "kill", "wordcount"); err != nil || !strings.Contains(out, "already failed") {
+		t.Fatalf("kill of a failed topology: %v\n%s", err, out)
+	}
+	if out, err := runAgainst(url, "submit", "wordcount", "--fail-after", "2", "--wait", "0"); err != nil || !strings.Contains(out, "submitted wordcount") {
+		t.Fatalf("submit over a failed topology: %v\n%s", err, out)
+	}
+	again, _, err := reg.Get(ctx, "wordcount")
+	if err != nil || again.State != cluster.StateRunning || again.Error != "" || again.FailAfter != 2 {
+		t.Fatalf("the resubmission reads back as %+v, %v", again, err)
+	}
+}
