@@ -16,7 +16,11 @@
 // writes new generations when workers die or join or the parallelism
 // changes, begins them and takes their checkpoints (lead.go, leader.go).
 // Every task of a generation starts from the same checkpoint, and frames of
-// other generations are dropped.
+// other generations are dropped. A topology without checkpoints
+// (at-most-once, or NoCheckpoints) moves a dead worker's tasks instead, and
+// a submission's FailAfter bounds how often failed tasks start it again.
+// NodeConfig.Memory runs the nodes of one process over an in-memory
+// cluster (cluster.MemoryCluster) instead of the KV buckets.
 //
 // Nothing is dropped without a trace (DESIGN.md 6b). Emits are checked and
 // their values normalised (topology.Values); a refused emit returns an error
