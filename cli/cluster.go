@@ -240,9 +240,6 @@ func checkSpec(topos Topologies, spec cluster.Spec) error {
 	if err != nil {
 		return err
 	}
-	if spec.Resume && cfg.CheckpointEvery == 0 {
-		return errors.New("--resume continues from a checkpoint, and this submission takes none")
-	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

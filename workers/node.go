@@ -71,8 +71,11 @@ func SpecConfig(base Config, spec cluster.Spec) (Config, error) {
 	case cfg.CheckpointEvery == 0:
 		cfg.CheckpointEvery = time.Second
 	}
-	if g == ExactlyOnce && cfg.CheckpointEvery == 0 {
+	switch {
+	case g == ExactlyOnce && cfg.CheckpointEvery == 0:
 		return cfg, errors.New("exactly-once needs checkpoints; submit it with a checkpoint interval")
+	case spec.Resume && cfg.CheckpointEvery == 0:
+		return cfg, errors.New("resume continues from a checkpoint, and this submission takes none")
 	}
 	return cfg, nil
 }
