@@ -382,9 +382,8 @@ func (l *leading) decide() error {
 // the slot's new owner announces itself, as in local mode after a
 // worker's death (DESIGN.md section 4). Without checkpoints the policy
 // moves every slot, stateful tasks included, which start without their
-// state. It
-// returns the amended generation, the dead owners and the stateful tasks
-// moved (as "component[index]").
+// state. It returns the amended generation, the dead owners and the
+// stateful tasks moved (by TaskRef.Key).
 func (l *leading) move(gen cluster.Generation, tasks []TaskRef, cfg Config, par map[string]int, names []string, begun bool, now time.Time) (next cluster.Generation, dead, fresh []string, ok bool) {
 	if l.lg == nil || l.lg.g.Number != gen.Number || !begun || !maps.Equal(gen.Parallelism, par) || len(tasks) != len(gen.Assignment) {
 		return gen, nil, nil, false
@@ -393,7 +392,7 @@ func (l *leading) move(gen cluster.Generation, tasks []TaskRef, cfg Config, par 
 	for _, t := range tasks {
 		if t.Stateful {
 			m := gen.Assignment[t.ID]
-			stateful[m] = append(stateful[m], fmt.Sprintf("%s[%d]", t.Component, t.Index))
+			stateful[m] = append(stateful[m], t.Key())
 		}
 	}
 	next = gen
