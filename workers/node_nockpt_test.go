@@ -2,9 +2,9 @@ package workers_test
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,16 +15,55 @@ import (
 	"github.com/ackflow/ackflow/workers"
 )
 
+// branch is one path of noCheckpointsTopology: the sink at its end, the
+// values it should get (0..size-1) and how often each.
+type branch struct {
+	name string
+	sink *flowtest.Sink
+	size int64
+	want int
+}
+
 // noCheckpointsTopology reads numbers from a spout that cannot seek (no
-// checkpoint could rewind it) through a shuffled pass into a sink that
-// records every value it is given, as an external system would, and
-// counts its tasks' Cleanups (where a sink without checkpoints commits).
-func noCheckpointsTopology(t *testing.T, name string, n int64, sink *flowtest.Sink, cleaned *atomic.Int64) *topology.Topology {
+// checkpoint could rewind it) into four stateless shapes, each ending in
+// a sink that records every value it is given, as an external system
+// would: a shuffled pass (each number once), an All grouping over two
+// copies (twice), a fan-out of three, and a bolt that fails one input in
+// ten after two of its four outputs, the first time. The sinks count
+// their tasks' Cleanups (where a sink without checkpoints commits).
+func noCheckpointsTopology(t *testing.T, name string, n int64, branches []branch, failed map[int64]bool, mu *sync.Mutex, cleaned *atomic.Int64) *topology.Topology {
 	b := topology.NewBuilder(name)
 	b.Spout("numbers", func() topology.Spout { return &numbers{n: n, d: 3 * time.Second} }, 1).Outputs("n")
 	b.Bolt("pre", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.Shuffle()).Outputs("n")
-	b.Bolt("sink", func() topology.Bolt { return &cleanedBolt{Bolt: sink.Bolt(), cleaned: cleaned} }, 2).Input("pre", topology.Shuffle())
+	b.Bolt("copy", func() topology.Bolt { return &pass{} }, 2).Input("numbers", topology.All()).Outputs("n")
+	b.Bolt("fan", func() topology.Bolt { return &fanOut{k: 3} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+	b.Bolt("half", func() topology.Bolt { return &statelessPartial{partial{mu: mu, failed: failed}} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+	for i, from := range []string{"pre", "copy", "fan", "half"} {
+		sink := branches[i].sink
+		b.Bolt(branches[i].name, func() topology.Bolt { return &cleanedBolt{Bolt: sink.Bolt(), cleaned: cleaned} }, 1).Input(from, topology.Shuffle())
+	}
 	return build(t, b)
+}
+
+// tally compares what br's sink got with what it should: how many
+// expected values it got fewer times than want, more times, and values it
+// should never have got.
+func (br branch) tally() (short, over, foreign int) {
+	got := sinkCounts(br.sink)
+	for v, k := range got {
+		switch {
+		case v < 0 || v >= br.size:
+			foreign++
+		case k > br.want:
+			over++
+		}
+	}
+	for v := range br.size {
+		if got[v] < br.want {
+			short++
+		}
+	}
+	return short, over, foreign
 }
 
 // cleanedBolt counts the Cleanups of the bolt it wraps, which take a
@@ -40,27 +79,14 @@ func (b *cleanedBolt) Cleanup() error {
 	return b.Bolt.Cleanup()
 }
 
-// seen counts how often the sink was given each number.
-func seen(t *testing.T, sink *flowtest.Sink) map[int64]int {
-	t.Helper()
-	out := map[int64]int{}
-	for _, v := range sink.Values() {
-		n, ok := v[0].(int64)
-		if !ok {
-			t.Fatalf("the sink got %T, want int64", v[0])
-		}
-		out[n]++
-	}
-	return out
-}
-
 // TestNodesRunWithoutCheckpoints: at-most-once topologies, and
 // at-least-once ones submitted without checkpoints, run in cluster mode
 // with spouts that cannot seek. A dead worker's slot moves within the
-// generation whatever it holds (nothing could be restored): at-most-once
-// loses at most what was in flight and never delivers twice; at-least-once
-// loses the spout's worker, whose spout starts over on another worker, and
-// delivers every number; or it loses the leader's worker, and the new
+// generation whatever it holds (nothing could be restored). The oracle is
+// each shape's multiplicity: at-most-once loses at most what was in flight
+// and never delivers more often than the shape says; at-least-once loses
+// the spout's worker, whose spout starts over on another worker, and
+// delivers every value at least that often; or it loses the leader's worker, and the new
 // leader moves its slot rather than starting every task over. A worker
 // that joins gets no tasks (a handover would lose the running tasks'
 // state), and a rebalance is refused.
@@ -79,10 +105,13 @@ func TestNodesRunWithoutCheckpoints(t *testing.T) {
 				verifyNoLeaks(t)
 				const n = 3000
 				name := "nockpt-" + g[:7]
-				sink := flowtest.NewSink()
+				branches := []branch{{"direct", flowtest.NewSink(), n, 1}, {"all", flowtest.NewSink(), n, 2},
+					{"fanned", flowtest.NewSink(), 3 * n, 1}, {"quartered", flowtest.NewSink(), 4 * n, 1}}
+				var mu sync.Mutex
+				failed := map[int64]bool{}
 				var cleaned atomic.Int64
 				topo := func(map[string]string) (*topology.Topology, error) {
-					return noCheckpointsTopology(t, name, n, sink, &cleaned), nil
+					return noCheckpointsTopology(t, name, n, branches, failed, &mu, &cleaned), nil
 				}
 				nd := startNodesOn(t, c, name, topo)
 				members := []string{"n1", "n2", "n3"}
@@ -135,39 +164,39 @@ func TestNodesRunWithoutCheckpoints(t *testing.T) {
 				nd.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
 				// Finished means committed: the sink tasks that ran to the
 				// end had cleaned up before the state said so.
-				if got := cleaned.Load(); got < 2 {
-					t.Fatalf("the topology is finished and %d of its 2 sink tasks have cleaned up", got)
+				if got := cleaned.Load(); got < int64(len(branches)) {
+					t.Fatalf("the topology is finished and %d of its %d sink tasks have cleaned up", got, len(branches))
 				}
 				nd.stopAll()
 
-				got := seen(t, sink)
-				missing, twice := 0, 0
-				for i := int64(0); i < n; i++ {
-					switch k := got[i]; {
-					case k == 0:
-						missing++
-					case k > 1:
-						twice++
-					}
+				mu.Lock()
+				if len(failed) != n/10 {
+					t.Fatalf("half failed %d inputs, want %d", len(failed), n/10)
 				}
-				t.Logf("%d of %d delivered, %d missing, %d more than once", len(got), n, missing, twice)
-				if len(got) > n {
-					t.Fatalf("the sink got %d distinct values, want at most %d", len(got), n)
+				mu.Unlock()
+				var short, over int
+				for _, br := range branches {
+					s, o, foreign := br.tally()
+					t.Logf("%s: %d of %d values short of %d, %d over", br.name, s, br.size, br.want, o)
+					if foreign > 0 {
+						t.Fatalf("%s got %d values no input makes", br.name, foreign)
+					}
+					short, over = short+s, over+o
 				}
 				if g == "at-least-once" {
-					if missing > 0 {
-						t.Fatalf("at-least-once without checkpoints lost %d numbers", missing)
+					if short > 0 {
+						t.Fatalf("at-least-once without checkpoints lost %d values", short)
 					}
-					if spoutLost && twice == 0 {
+					if spoutLost && over == 0 {
 						t.Fatal("the spout's worker stopped and nothing came twice: the spout did not start over, so the test proves nothing")
 					}
 					return
 				}
-				if twice > 0 {
-					t.Fatalf("at-most-once delivered %d numbers more than once", twice)
+				if over > 0 {
+					t.Fatalf("at-most-once delivered %d values more often than the shape says", over)
 				}
-				if missing > n/2 {
-					t.Fatalf("at-most-once lost %d of %d numbers: more than a stateless worker's records in flight", missing, n)
+				if short > int(10*n)/2 {
+					t.Fatalf("at-most-once lost %d of %d values: more than a stateless worker's records in flight", short, 10*n)
 				}
 			})
 		}
@@ -203,7 +232,7 @@ func victimOf(t *testing.T, gen cluster.Generation, topo func(map[string]string)
 			return m
 		}
 	}
-	t.Fatal(fmt.Sprintf("every worker holds stateful tasks in %v; rename the topology", gen.Assignment))
+	t.Fatalf("every worker holds stateful tasks in %v; rename the topology", gen.Assignment)
 	return ""
 }
 
