@@ -4,7 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,13 +100,7 @@ func noCheckpointVictim(t *testing.T, st *clusterStatus, guarantee string) strin
 		}
 		holds[task.Owner][task.Component] = true
 	}
-	for _, w := range slices.Sorted(func(yield func(string) bool) {
-		for w := range holds {
-			if !yield(w) {
-				return
-			}
-		}
-	}) {
+	for _, w := range slices.Sorted(maps.Keys(holds)) {
 		h := holds[w]
 		if h["count"] {
 			continue
@@ -145,7 +139,7 @@ func checkAtMostOnce(t *testing.T, dir string, oracle map[string]int64) {
 			t.Fatalf("update %q counts beyond the input's %d", l, oracle[w])
 		}
 	}
-	t.Logf("%d update lines for %d words in the input (at-most-once: %s lost)", len(lines), total, fmt.Sprint(total-int64(len(lines))))
+	t.Logf("%d update lines for %d words in the input (at-most-once: %d lost)", len(lines), total, total-int64(len(lines)))
 	if int64(len(lines)) < total/2 {
 		t.Fatalf("only %d of %d updates: more lost than one of three workers' split tasks had in flight", len(lines), total)
 	}
