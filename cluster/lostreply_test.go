@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,5 +95,65 @@ func TestLeaderSurvivesALostRenewalReply(t *testing.T) {
 	// It resigned with the revision it adopted.
 	if _, err := e.Leader(context.Background(), "wc"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after Campaign returned, Leader: %v, want ErrNotFound", err)
+	}
+}
+
+// laggingBucket answers gets, while armed, with the entry a key held before
+// its latest write: a replica that has not yet seen the last renewal.
+type laggingBucket struct {
+	*memBucket
+	stale atomic.Int32 // gets still to answer from behind
+	mu    sync.Mutex
+	prev  map[string]entry
+}
+
+func (b *laggingBucket) update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	before, err := b.memBucket.get(ctx, key)
+	newRev, uerr := b.memBucket.update(ctx, key, value, rev)
+	if uerr == nil && err == nil {
+		b.mu.Lock()
+		b.prev[key] = before
+		b.mu.Unlock()
+	}
+	return newRev, uerr
+}
+
+func (b *laggingBucket) get(ctx context.Context, key string) (entry, error) {
+	b.mu.Lock()
+	e, ok := b.prev[key]
+	b.mu.Unlock()
+	if ok && b.stale.Add(-1) >= 0 {
+		return e, nil
+	}
+	return b.memBucket.get(ctx, key)
+}
+
+// TestMemberLeavesPastALaggingReplica: the last renewal's reply was lost, so
+// the revision Leave knows is stale, and the first gets come from a replica
+// that has not seen the renewal. Leave must still remove the entry (CI saw
+// "cannot remove member ... revision mismatch" on a three-server cluster).
+func TestMemberLeavesPastALaggingReplica(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cfg := MembersConfig{HeartbeatEvery: time.Hour, DeadAfter: 3 * time.Hour}
+	b := &laggingBucket{memBucket: newMemBucket(cfg.DeadAfter), prev: map[string]entry{}}
+	s := newMemberSet(b, cfg)
+	ctx := context.Background()
+	if err := s.Join(ctx, Member{Name: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	// A renewal the server stored, whose reply never came back.
+	e, err := b.memBucket.get(ctx, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.update(ctx, "w1", e.value, e.rev); err != nil {
+		t.Fatal(err)
+	}
+	b.stale.Store(2)
+	if err := s.Leave(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if members, _ := s.List(ctx); len(members) != 0 {
+		t.Fatalf("after Leave, List = %+v", members)
 	}
 }

@@ -460,19 +460,38 @@ func (s *memberSet) Leave(ctx context.Context, name string) error {
 }
 
 // deleteIfOurs deletes name if it still holds value: the revision this
-// process knew was stale (a renewal whose reply was lost).
+// process knew was stale (a renewal whose reply was lost). A get may be
+// answered by a replica that has not yet seen the last renewal (a KV
+// bucket allows direct gets from any of its servers), so a delete refused
+// again reads again, a few times: the heartbeats have stopped, so the
+// entry no longer changes and the replicas catch up.
 func (s *memberSet) deleteIfOurs(ctx context.Context, name string, value []byte) error {
-	e, err := s.b.get(ctx, name)
-	if errors.Is(err, errNoKey) {
-		return nil
+	const attempts = 5
+	var err error
+	for i := range attempts {
+		if i > 0 {
+			select {
+			case <-time.After(time.Duration(i) * 50 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		var e entry
+		e, err = s.b.get(ctx, name)
+		if errors.Is(err, errNoKey) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(e.value, value) {
+			return nil // another worker took the name after it expired
+		}
+		if err = s.b.delete(ctx, name, e.rev); !errors.Is(err, errRevMismatch) {
+			return err
+		}
 	}
-	if err != nil {
-		return err
-	}
-	if !bytes.Equal(e.value, value) {
-		return nil // another worker took the name after it expired
-	}
-	return s.b.delete(ctx, name, e.rev)
+	return err
 }
 
 // List decodes every live entry.
