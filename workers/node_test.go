@@ -182,6 +182,31 @@ func (n *nodes) stopAll() {
 	}
 }
 
+// awaitMembersEnded waits until no worker reports tasks of the topology:
+// its members have stopped (and run Cleanup, when they stopped
+// gracefully).
+func (n *nodes) awaitMembersEnded() {
+	n.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		reports, err := n.statuses.List(context.Background(), n.name)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		running := 0
+		for _, cr := range reports {
+			if rep, err := workers.DecodeReport(cr); err == nil && rep.Status != nil {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("%d workers still report tasks of %s after 10 s", running, n.name)
+		}
+	}
+}
+
 // await polls the submission until ok accepts its state.
 func (n *nodes) await(d time.Duration, ok func(state string) bool) string {
 	n.t.Helper()
@@ -266,7 +291,7 @@ func TestKillStopsATopologyAfterItsFinalCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond) // the members stop after they see it
+		n.awaitMembersEnded() // the members stop after they see it
 		mu.Lock()
 		counted := len(result)
 		for k, c := range result {
@@ -309,6 +334,10 @@ func TestKillStopsATopologyAfterItsFinalCheckpoint(t *testing.T) {
 		if finished.LastCheckpoint <= killed.LastCheckpoint {
 			t.Fatalf("finished with last checkpoint %d, killed with %d", finished.LastCheckpoint, killed.LastCheckpoint)
 		}
+		// The members stop, and the counters write their result in
+		// Cleanup, once they see the state; stopping the nodes first
+		// would crash them (CI once read a result without key 0).
+		n.awaitMembersEnded()
 		n.stopAll()
 		mu.Lock()
 		defer mu.Unlock()
