@@ -69,7 +69,7 @@ within moments and log the change.`,
 				if err != nil {
 					return err
 				}
-				if spec.State != cluster.StateRunning && spec.State != cluster.StateKilling {
+				if spec.State != cluster.StateRunning && spec.State != cluster.StateKilling && spec.State != cluster.StateFinishing {
 					return fmt.Errorf("%s is %s; only a running topology has workers to tell", name, spec.State)
 				}
 				spec.LogLevel = level

@@ -16,11 +16,15 @@ import (
 
 // The states of a submitted topology.
 const (
-	StateRunning  = "running"  // its workers run it
-	StateKilling  = "killing"  // its workers are stopping it
-	StateKilled   = "killed"   // stopped; the name may be submitted again
-	StateFinished = "finished" // its sources are exhausted and every record processed; the name may be submitted again
-	StateFailed   = "failed"   // its tasks failed FailAfter times in a row (Error says why); the name may be submitted again
+	StateRunning = "running" // its workers run it
+	StateKilling = "killing" // its workers are stopping it
+	// StateFinishing: its sources are exhausted and every record is
+	// processed, and its workers are stopping its tasks (a topology
+	// without checkpoints, whose sinks commit as their tasks stop).
+	StateKilled    = "killed"   // stopped; the name may be submitted again
+	StateFinished  = "finished" // its sources are exhausted and every record processed; the name may be submitted again
+	StateFailed    = "failed"   // its tasks failed FailAfter times in a row (Error says why); the name may be submitted again
+	StateFinishing = "finishing"
 )
 
 // Spec is a submitted topology. Its code is compiled into every worker
@@ -317,9 +321,9 @@ func checkSpec(spec Spec) error {
 		return fmt.Errorf("cluster: spec of topology %s has no guarantee; set at-most-once, at-least-once or exactly-once", spec.Name)
 	}
 	switch spec.State {
-	case StateRunning, StateKilling, StateKilled, StateFinished, StateFailed:
+	case StateRunning, StateKilling, StateKilled, StateFinishing, StateFinished, StateFailed:
 	default:
-		return fmt.Errorf("cluster: spec of topology %s has state %q; use %q, %q, %q, %q or %q", spec.Name, spec.State, StateRunning, StateKilling, StateKilled, StateFinished, StateFailed)
+		return fmt.Errorf("cluster: spec of topology %s has state %q; use %q, %q, %q, %q, %q or %q", spec.Name, spec.State, StateRunning, StateKilling, StateKilled, StateFinishing, StateFinished, StateFailed)
 	}
 	if err := checkParallelism("spec", spec.Name, spec.Parallelism); err != nil {
 		return err

@@ -277,4 +277,6 @@ func (c *Cluster) remember(t *Topology) {
 	}
 }
 
-func live(state string) bool { return state == cluster.StateRunning || state == cluster.StateKilling }
+func live(state string) bool {
+	return state == cluster.StateRunning || state == cluster.StateKilling || state == cluster.StateFinishing
+}

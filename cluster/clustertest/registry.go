@@ -120,6 +120,11 @@ func submitRefusesRunning(t *testing.T, open registryOpener) {
 	if err := r.Submit(ctx, sampleSpec("wc")); !errors.Is(err, cluster.ErrExists) {
 		t.Fatalf("Submit of a name being killed returned %v, want ErrExists", err)
 	}
+	spec.State = cluster.StateFinishing
+	rev = update(t, r, spec, rev)
+	if err := r.Submit(ctx, sampleSpec("wc")); !errors.Is(err, cluster.ErrExists) {
+		t.Fatalf("Submit of a name being finished returned %v, want ErrExists", err)
+	}
 	spec.State = cluster.StateKilled
 	update(t, r, spec, rev)
 	again := sampleSpec("wc")
