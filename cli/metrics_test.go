@@ -47,21 +47,49 @@ func TestMetricsOnAnAddressInUseFailsAtStart(t *testing.T) {
 // stops serving them when it ends.
 func TestRunServesMetricsUntilItEnds(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	root := NewRoot(Bundled())
-	var out, errOut bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errOut)
-	root.SetArgs([]string{"run", "wordcount", "--random-lines", "300", "--quiet", "--log-level", "error", "--metrics", "127.0.0.1:0"})
-	if err := root.Execute(); err != nil {
-		t.Fatalf("%v\n%s", err, errOut.String())
+	_, errOut, err := runRoot("run", "wordcount", "--random-lines", "300", "--quiet", "--log-level", "error", "--metrics", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
 	}
-	m := regexp.MustCompile(`serving metrics on (http://127\.0\.0\.1:\d+/metrics)`).FindStringSubmatch(errOut.String())
+	m := regexp.MustCompile(`serving metrics on (http://127\.0\.0\.1:\d+/metrics)`).FindStringSubmatch(errOut)
 	if m == nil {
-		t.Fatalf("run does not say where it serves its metrics: %q", errOut.String())
+		t.Fatalf("run does not say where it serves its metrics: %q", errOut)
 	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	if resp, err := client.Get(m[1]); err == nil {
 		resp.Body.Close()
 		t.Fatalf("%s still answers after the run ended", m[1])
 	}
+}
+
+// TestRunAsAnInProcessCluster: run --in-process-cluster runs the job
+// under cluster mode's control plane, crashes a node as the chaos says,
+// and still counts every word of the generator exactly.
+func TestRunAsAnInProcessCluster(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	out, errOut, err := runRoot("run", "wordcount", "--in-process-cluster", "--workers", "3", "--random-lines", "20000", "--rate", "10000",
+		"--chaos", "crash-every=500ms,seed=4", "--quiet", "--log-level", "error")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	for _, want := range []string{"0 occurrences missing, 0 counted more than once", "3 workers"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("run --in-process-cluster does not say %q:\n%s", want, out)
+		}
+	}
+	if m := regexp.MustCompile(`(\d+) worker crashes`).FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Fatalf("no node crashed; the test proves nothing:\n%s", out)
+	}
+}
+
+// runRoot runs the ackflow command line with args and returns what it
+// printed on stdout and stderr.
+func runRoot(args ...string) (stdout, stderr string, err error) {
+	root := NewRoot(Bundled())
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err = root.Execute()
+	return out.String(), errOut.String(), err
 }

@@ -35,7 +35,7 @@ type runFlags struct {
 	events                                                       int
 	linger, timeout, checkpointEvery, window                     time.Duration
 	rate                                                         float64
-	quiet, dedup, resume                                         bool
+	quiet, dedup, resume, inProcessCluster                       bool
 
 	// --ui: the status page, and how long it stays after the run.
 	uiAddr string
@@ -95,6 +95,7 @@ exhausted and everything in flight is processed, then prints a summary.`,
 	fl.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "take a checkpoint this often (default: 1s with exactly-once, none otherwise)")
 	fl.StringVar(&f.checkpointDir, "checkpoint-dir", "", "keep checkpoints in this directory, so that --resume can continue a stopped run (default: in memory)")
 	fl.BoolVar(&f.resume, "resume", false, "start from the latest checkpoint in --checkpoint-dir")
+	fl.BoolVar(&f.inProcessCluster, "in-process-cluster", false, "run under cluster mode's control plane: the --workers are nodes in this process that elect a leader, which places the tasks, fails them over when --chaos crashes a node, and ends the run")
 	return cmd
 }
 
@@ -165,6 +166,7 @@ func runtimeConfig(name string, f runFlags) (workers.Config, *deadletter.File, e
 		return cfg, nil, err
 	}
 	cfg.Workers = f.workers
+	cfg.InProcessCluster = f.inProcessCluster
 	cfg.NoDedup = !f.dedup
 	cfg.MaxAttempts = f.maxAttempts
 	cfg.CheckpointEvery, cfg.Resume = f.checkpointEvery, f.resume

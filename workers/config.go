@@ -154,6 +154,14 @@ type Config struct {
 	// View, if set, shows a local run's workers and tasks while it runs
 	// (the status page of ackflow run --ui); cluster mode ignores it.
 	View *LocalView
+	// InProcessCluster runs a local run under cluster mode's control
+	// plane: Workers worker nodes in this process, coordinating in memory,
+	// elect a leader that places the tasks, moves or restores them when a
+	// node dies (crash chaos crashes nodes and starts them again) and ends
+	// the run, as in a cluster of worker processes (docs/design-notes.md,
+	// "Local mode as an in-process cluster"). Not yet with View or
+	// Metrics.
+	InProcessCluster bool
 	// Progress, if set, is called about every ProgressEvery with live figures.
 	Progress      func(Progress)
 	ProgressEvery time.Duration
@@ -161,6 +169,9 @@ type Config struct {
 	// assign places every task on a worker slot (cluster mode: the
 	// generation's assignment); nil spreads them round-robin.
 	assign []int
+	// figures, in the nodes of an in-process cluster, collects what their
+	// members and leaders did, for the run's summary.
+	figures *figures
 }
 
 // DefaultConfig is what `ackflow run` uses without flags.

@@ -401,6 +401,13 @@ type CheckpointSummary struct {
 	Rollbacks            int
 }
 
+// pauseList returns how long the spouts stood still, per checkpoint.
+func (c *coordinator) pauseList() []time.Duration {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	return slices.Clone(c.pauses)
+}
+
 func (c *coordinator) summary() CheckpointSummary {
 	c.statsMu.Lock()
 	defer c.statsMu.Unlock()

@@ -22,6 +22,13 @@
 // NodeConfig.Memory runs the nodes of one process over an in-memory
 // cluster (cluster.MemoryCluster) instead of the KV buckets.
 //
+// With Config.InProcessCluster, RunLocal runs a local run on that control
+// plane (incluster.go): Config.Workers nodes in the process, local mode's
+// placement (NodeConfig.Place), crash chaos as a node that dies and comes
+// back under its name, and a summary built from the figures of every
+// member of every generation (figures.go). Otherwise a supervisor places
+// the tasks on fixed slots and restarts a crashed slot in place.
+//
 // Nothing is dropped without a trace (DESIGN.md 6b). Emits are checked and
 // their values normalised (topology.Values); a refused emit returns an error
 // wrapping ErrEmitRefused. Lost frames are found from sequence numbers and

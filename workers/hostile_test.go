@@ -43,6 +43,7 @@ func TestGarbageOnControlSubjectsIsCountedAndDropped(t *testing.T) {
 	replies := [][]byte{nil, []byte("{"), []byte("not json"), bytes.Repeat([]byte{0xff}, 300)}
 	oversized := bytes.Repeat([]byte{0xa5}, 1<<20)
 
+	flowing, progress := untilRecordsFlow()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -53,7 +54,13 @@ func TestGarbageOnControlSubjectsIsCountedAndDropped(t *testing.T) {
 			return
 		}
 		defer nc.Close()
-		time.Sleep(300 * time.Millisecond) // the run is under way
+		// Once records flow, every task has subscribed.
+		select {
+		case <-flowing:
+		case <-time.After(30 * time.Second):
+			t.Error("no record flowed in 30 s")
+			return
+		}
 		for _, m := range control {
 			nc.Publish("ackflow.hostile.ctl", m)
 		}
@@ -66,6 +73,7 @@ func TestGarbageOnControlSubjectsIsCountedAndDropped(t *testing.T) {
 	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{Guarantee: workers.AtLeastOnce, Workers: 2, Configure: func(c *workers.Config) {
 		c.NATSURL = srv.URL()
 		c.CheckpointEvery = 100 * time.Millisecond
+		progress(c)
 	}})
 	wg.Wait()
 	if err != nil {

@@ -36,6 +36,10 @@ type leading struct {
 	unprocessedSince time.Time
 	idle             []string
 	refused          uint64 // the submission's revision whose rebalance was refused
+	// wrote is the revision of the submission this leader wrote last: a
+	// decision on an older one (the watch has not delivered the write
+	// yet) would act on a state that is over.
+	wrote uint64
 
 	// A failover in progress, for the recovery metric: when the loss of a
 	// worker was noticed, and the generation that replaces it (once it
@@ -185,6 +189,9 @@ func (l *leading) decide() error {
 		l.closeLeader()
 		return nil
 	}
+	if specRev < l.wrote {
+		return nil
+	}
 	gen, genRev, err := r.n.gens.Current(l.ctx, r.name)
 	invalid := false
 	switch {
@@ -219,8 +226,11 @@ func (l *leading) decide() error {
 	if err != nil {
 		return l.refuse(spec, specRev, err)
 	}
-	if spec.State == cluster.StateKilling {
+	switch spec.State {
+	case cluster.StateKilling:
 		return l.kill(spec, specRev, gen)
+	case cluster.StateFinishing:
+		return l.finish(spec, specRev, gen, topo, cfg)
 	}
 	names := l.eligible()
 	if len(names) == 0 {
@@ -234,7 +244,7 @@ func (l *leading) decide() error {
 			par[t.Component] = t.Index + 1
 		}
 	}
-	assign := cluster.Assign(r.name, ids, names)
+	assign := l.place(tasks, ids, names)
 	current := genRev != 0 && (invalid || !gen.Created.Before(spec.Submitted))
 	owners := owners(gen)
 	var reports []Report
@@ -356,6 +366,9 @@ func (l *leading) decide() error {
 		return err
 	}
 	r.log.Info().Uint64("generation", next.Number).Str("reason", reason).Uint64("restore_from", restore).Strs("workers", names).Msg("new generation")
+	if lost && checkpoints && cfg.figures != nil {
+		cfg.figures.rolledBack()
+	}
 	l.streak = 0
 	if err := l.adopt(next, topo, cfg); err != nil {
 		return err
@@ -370,6 +383,27 @@ func (l *leading) decide() error {
 		l.recovering = l.lg
 	}
 	return nil
+}
+
+// place assigns the tasks to the workers names: by the node's Place, if
+// it has one whose placement is whole, else by rendezvous hashing.
+func (l *leading) place(tasks []TaskRef, ids []int, names []string) map[int]string {
+	place := l.r.n.cfg.Place
+	if place == nil {
+		return cluster.Assign(l.r.name, ids, names)
+	}
+	assign := place(tasks, slices.Clone(names))
+	for _, id := range ids {
+		if w, ok := assign[id]; !ok || !slices.Contains(names, w) {
+			l.r.log.Error().Int("task", id).Str("worker", w).Strs("workers", names).Msg("the placement policy left a task out or named a worker that is not live; placing the generation by rendezvous hashing")
+			return cluster.Assign(l.r.name, ids, names)
+		}
+	}
+	if len(assign) != len(ids) {
+		l.r.log.Error().Int("placed", len(assign)).Int("tasks", len(ids)).Msg("the placement policy placed tasks the topology does not have; placing the generation by rendezvous hashing")
+		return cluster.Assign(l.r.name, ids, names)
+	}
+	return assign
 }
 
 // move gives the slots of gen's dead owners to live workers within the
@@ -491,6 +525,9 @@ func (l *leading) noteRecovery() {
 	}
 	if began, ok := l.recovering.beganAt(); ok {
 		l.r.recovery.Store(int64(began.Sub(l.lostAt)))
+		if f := l.r.n.cfg.Runtime.figures; f != nil {
+			f.recovered(began.Sub(l.lostAt))
+		}
 		l.recovering = nil
 	}
 }
@@ -544,10 +581,15 @@ func (l *leading) restorePoint(spec cluster.Spec, gen cluster.Generation, curren
 			rest, err := checkpoint.Latest(l.ctx, l.r.store, l.r.name, fp)
 			switch {
 			case err == nil:
+				for _, skipped := range rest.Skipped {
+					l.r.log.Warn().Err(skipped).Msg("a newer checkpoint was refused")
+				}
+				l.r.log.Info().Uint64("epoch", rest.Manifest.Epoch).Msg("resuming from a checkpoint")
 				return rest.Manifest.Epoch, restoreFloor(newest+1, rest.Manifest.Epoch), nil
 			case !errors.Is(err, checkpoint.ErrNoCheckpoint):
 				return 0, 0, err
 			}
+			l.r.log.Warn().Msg("no checkpoint to resume from; starting from the beginning")
 		}
 		return 0, restoreFloor(newest+1, 0), nil
 	}
@@ -570,6 +612,34 @@ func (l *leading) restorePoint(spec cluster.Spec, gen cluster.Generation, curren
 	}
 	return rest.Manifest.Epoch, floor, nil
 }
+
+// finish ends a topology without checkpoints whose sources are exhausted
+// and whose records are all processed (state finishing): every member
+// stops its tasks gracefully, so that its sinks commit, then the state
+// finished. A leader that takes over from one that died midway ends the
+// generation it adopts the same way; the members that had stopped
+// already do not answer, and it waits for them only finishWait.
+func (l *leading) finish(spec cluster.Spec, rev uint64, gen cluster.Generation, topo *topology.Topology, cfg Config) error {
+	wait := l.r.n.cfg.Runtime.CheckpointTimeout + 5*time.Second
+	if l.lg == nil || l.lg.g.Number != gen.Number {
+		if err := l.adopt(gen, topo, cfg); err != nil {
+			return err
+		}
+		wait = finishWait
+	}
+	fctx, cancel := context.WithTimeout(l.ctx, wait)
+	err := l.finalize(fctx)
+	cancel()
+	if err != nil {
+		l.r.log.Warn().Err(err).Msg("finishing: not every worker said its tasks stopped")
+	}
+	l.r.log.Info().Msg("the sources are exhausted and every record is processed; the topology is finished")
+	return l.setState(spec, rev, cluster.StateFinished)
+}
+
+// finishWait is how long a leader that took over a finishing topology
+// waits for its members to say they stopped.
+const finishWait = 2 * time.Second
 
 // kill stops a topology being killed: a final checkpoint (the spouts stop,
 // every tree in flight completes, transactional sinks commit), then the
@@ -654,6 +724,18 @@ func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Gener
 	if l.streak++; l.streak < 3 {
 		return nil
 	}
+	if l.lg.r.cfg.checkpointEvery() == 0 {
+		// Ending the generation stops every task; the state says so
+		// first, so that a leader taking over midway ends it too rather
+		// than wait for tasks that have stopped (finish).
+		spec.State = cluster.StateFinishing
+		next, err := l.r.n.registry.Update(l.ctx, spec, rev)
+		if err != nil {
+			return err
+		}
+		l.wrote = next
+		return nil // the next round, on the new state, finishes it
+	}
 	fctx, cancel := context.WithTimeout(l.ctx, l.lg.r.cfg.CheckpointTimeout+5*time.Second)
 	err := l.finalize(fctx)
 	cancel()
@@ -737,9 +819,11 @@ func restartBackoff(n int) time.Duration {
 // setState moves the submission to state.
 func (l *leading) setState(spec cluster.Spec, rev uint64, state string) error {
 	spec.State = state
-	if _, err := l.r.n.registry.Update(l.ctx, spec, rev); err != nil {
+	next, err := l.r.n.registry.Update(l.ctx, spec, rev)
+	if err != nil {
 		return err
 	}
+	l.wrote = next
 	l.closeLeader()
 	return nil
 }

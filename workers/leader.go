@@ -75,6 +75,9 @@ func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 		return nil, fmt.Errorf("workers: leader of generation %d: %w", g.Number, err)
 	}
 	l.unshow = r.showMetrics(nil, l.coord, false)
+	if cfg.figures != nil {
+		cfg.figures.led(l)
+	}
 	go l.loop(ctx)
 	return l, nil
 }
@@ -336,6 +339,9 @@ func (l *Leader) halt() {
 // process lost the lead).
 func (l *Leader) Close() {
 	l.halt()
+	if f := l.r.cfg.figures; f != nil {
+		f.unled(l)
+	}
 	l.unshow()
 	l.closeCoordinator()
 	l.nc.Close()

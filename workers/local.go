@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ackflow/ackflow/deadletter"
@@ -11,6 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// inProcessForTests makes every local run an in-process cluster, as if
+// Config.InProcessCluster were set: the package's tests run local-mode
+// tests under cluster mode's control plane with it (export_test.go).
+var inProcessForTests atomic.Bool
 
 // RunLocal runs topo in this process until every spout is exhausted and
 // everything in flight is processed, or ctx is cancelled. Unless
@@ -32,15 +38,16 @@ func RunLocal(ctx context.Context, topo *topology.Topology, cfg Config) (*Summar
 		return nil, fmt.Errorf("workers: crash chaos needs a worker without spouts or stateful bolts; placement is %s", p.describe())
 	}
 	cfg.Logger = cfg.Logger.With().Str("topology", topo.Name).Logger()
-	r := newRun(topo, p, cfg)
-	if r.url == "" {
-		srv, err := embednats.Start(embednats.Config{NoJetStream: !cfg.DeadLetterStream || cfg.DeadLetters != nil})
-		if err != nil {
-			return nil, err
-		}
-		defer srv.Shutdown()
-		r.url = srv.URL()
+	if cfg.InProcessCluster || inProcessForTests.Load() {
+		return runInProcessCluster(ctx, topo, cfg)
 	}
+	r := newRun(topo, p, cfg)
+	url, shutdown, err := natsFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer shutdown()
+	r.url = url
 	if r.deadLetters == nil && cfg.DeadLetterStream {
 		closeStream, err := r.openDeadLetterStream(ctx)
 		if err != nil {
@@ -53,6 +60,20 @@ func RunLocal(ctx context.Context, topo *topology.Topology, cfg Config) (*Summar
 	}
 	r.log.Info().Str("topology", topo.Name).Str("guarantee", cfg.Guarantee.String()).Str("placement", p.describe()).Msg("starting local run")
 	return r.execute(ctx)
+}
+
+// natsFor returns the NATS server a local run uses: cfg.NATSURL, or an
+// embedded server for the run (with JetStream only for a dead-letter
+// stream), which shutdown stops.
+func natsFor(cfg Config) (url string, shutdown func(), err error) {
+	if cfg.NATSURL != "" {
+		return cfg.NATSURL, func() {}, nil
+	}
+	srv, err := embednats.Start(embednats.Config{NoJetStream: !cfg.DeadLetterStream || cfg.DeadLetters != nil})
+	if err != nil {
+		return "", nil, err
+	}
+	return srv.URL(), srv.Shutdown, nil
 }
 
 // openDeadLetterStream makes the run's dead letters a JetStream stream on

@@ -181,9 +181,11 @@ func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 		}
 	}
 	r := newRun(topo, p, cfg)
-	if cfg.Metrics == nil {
+	if cfg.Metrics == nil && cfg.figures == nil {
 		// The status reports show the bolts' capacity and the latencies
-		// (ackflow ui), which need the tasks timed.
+		// (ackflow ui), which need the tasks timed. An in-process
+		// cluster's nodes report to no one but their leader, which reads
+		// neither; as in local mode, only metrics time them.
 		r.timeTasks()
 	}
 	r.gen, r.leaseErr = g.Number, lease
@@ -240,6 +242,9 @@ func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	}
 	if moved {
 		m.announceMove()
+	}
+	if cfg.figures != nil {
+		cfg.figures.joined(m)
 	}
 	m.wg.Add(1)
 	go m.announce(subject)
@@ -382,6 +387,9 @@ func (m *Member) end(crash bool) {
 	m.wg.Wait()
 	m.unshow()
 	m.close()
+	if f := m.r.cfg.figures; f != nil {
+		f.ended(m)
+	}
 }
 
 // TaskStatus is one task as its worker sees it.

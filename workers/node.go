@@ -43,6 +43,14 @@ type NodeConfig struct {
 	// 500ms): `ackflow status` shows the reports, and the leader ends a
 	// topology whose sources are exhausted from them.
 	StatusEvery time.Duration
+	// Place, if set, decides where a new generation puts the tasks: it
+	// gets every task and the eligible workers' names, sorted, and returns
+	// the worker of every task ID. Nil spreads them by rendezvous hashing,
+	// which moves as few as possible when a worker joins or leaves. The
+	// leader refuses a placement that leaves a task out or names another
+	// worker (it logs why and places by rendezvous hashing). Only the
+	// leader's Place counts; give every worker the same one.
+	Place func(tasks []TaskRef, workers []string) map[int]string
 	// Memory, if set, is the cluster this worker coordinates through,
 	// in memory, instead of the KV buckets on its NATS server: every
 	// worker of the cluster runs in this process (tests, and local mode's
@@ -79,6 +87,11 @@ func SpecConfig(base Config, spec cluster.Spec) (Config, error) {
 	}
 	return cfg, nil
 }
+
+// errNodeCrash, as the cause of the context of RunNode, ends the node as
+// a killed process ends: its tasks stop at once, its NATS connection
+// closes, and it does not leave the membership (in-process crash chaos).
+var errNodeCrash = errors.New("workers: node crashed (chaos)")
 
 // Node is a worker process of a cluster: it joins the membership, runs
 // its part of every submitted topology it has, and leads those it wins
@@ -149,6 +162,11 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	n.log.Info().Strs("topologies", slices.Sorted(maps.Keys(cfg.Topologies))).Msg("joined the cluster")
 	err = n.watchRegistry(ctx)
 	n.stopRunners()
+	if errors.Is(context.Cause(ctx), errNodeCrash) {
+		// Crash chaos in an in-process cluster: like a killed process, the
+		// node does not leave; its entry expires.
+		return nil
+	}
 	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if lerr := n.members.Leave(lctx, cfg.Name); lerr != nil {
@@ -255,7 +273,7 @@ func (n *Node) onSpec(ctx context.Context, ev cluster.SpecEvent) {
 
 // live reports whether a topology in state is to be run.
 func live(state string) bool {
-	return state == cluster.StateRunning || state == cluster.StateKilling
+	return state == cluster.StateRunning || state == cluster.StateKilling || state == cluster.StateFinishing
 }
 
 // stopRunners ends every runner's work and waits for them.

@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -245,4 +246,153 @@ func owners(gen cluster.Generation) []string {
 		}
 	}
 	return out
+}
+
+// TestLeaderTakesOverAFinishingTopology: a leader writes the state
+// finishing before it ends the generation of a topology without
+// checkpoints. When it dies right after, the next leader ends the
+// generation it adopts (the surviving members stop gracefully, their
+// sinks clean up) and writes finished, rather than wait for tasks that
+// have stopped; crash chaos in an in-process cluster found runs that never
+// ended without this.
+func TestLeaderTakesOverAFinishingTopology(t *testing.T) {
+	eachCoordination(t, func(t *testing.T, c coordination) {
+		verifyNoLeaks(t)
+		const name = "finishing"
+		var cleaned atomic.Int64
+		sink := flowtest.NewSink()
+		topo := func(map[string]string) (*topology.Topology, error) {
+			b := topology.NewBuilder(name)
+			b.Spout("numbers", func() topology.Spout { return &numbers{n: 1 << 20, d: time.Minute} }, 1).Outputs("n")
+			b.Bolt("pre", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.Shuffle()).Outputs("n")
+			b.Bolt("sink", func() topology.Bolt { return &cleanedBolt{Bolt: sink.Bolt(), cleaned: &cleaned} }, 3).Input("pre", topology.Shuffle())
+			return build(t, b), nil
+		}
+		nd := startNodesOn(t, c, name, topo)
+		nd.submitOnThree(cluster.Spec{Name: name, Guarantee: "at-least-once", NoCheckpoints: true})
+		ctx := context.Background()
+		for deadline := time.Now().Add(20 * time.Second); len(sink.Values()) == 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no record reached the sink in 20 s")
+			}
+		}
+		leader := nd.leader(name)
+		gen, _, err := nd.gens.Current(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		built, _ := topo(nil)
+		cfg := workers.DefaultConfig()
+		refs, err := workers.Tasks(built, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var surviving int64 // sink tasks on the workers that stay
+		for _, r := range refs {
+			if r.Component == "sink" && gen.Owner(gen.Assignment[r.ID]) != leader {
+				surviving++
+			}
+		}
+		spec, rev, err := nd.reg.Get(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the leader writes before it ends the generation, then its
+		// death (as far as its tasks go: they stop without Cleanup).
+		spec.State = cluster.StateFinishing
+		if _, err := nd.reg.Update(ctx, spec, rev); err != nil {
+			t.Fatal(err)
+		}
+		nd.stop(leader)
+		start := time.Now()
+		nd.await(20*time.Second, func(s string) bool { return s == cluster.StateFinished })
+		if next := nd.leader(name); next == leader {
+			t.Fatalf("%s still leads after it stopped", leader)
+		}
+		// The sink tasks on the two live workers cleaned up before the
+		// state said finished; the stopped worker's did not.
+		if got := cleaned.Load(); got != surviving {
+			t.Fatalf("%d sink tasks cleaned up; %d ran on the workers that stayed", got, surviving)
+		}
+		t.Logf("finished %v after the leader %s died while finishing; %d sink tasks cleaned up", time.Since(start).Round(time.Millisecond), leader, cleaned.Load())
+	})
+}
+
+// TestLeaderPlacesTasksByThePlacementPolicy: a leader places a new
+// generation as the nodes' Place says, and by rendezvous hashing when
+// Place leaves a task out.
+func TestLeaderPlacesTasksByThePlacementPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		place func(tasks []workers.TaskRef, names []string) map[int]string
+		check func(gen cluster.Generation) error
+	}{
+		{"every task on the last worker", func(tasks []workers.TaskRef, names []string) map[int]string {
+			out := map[int]string{}
+			for _, t := range tasks {
+				out[t.ID] = names[len(names)-1]
+			}
+			return out
+		}, func(gen cluster.Generation) error {
+			for id, m := range gen.Assignment {
+				if gen.Owner(m) != "n3" {
+					return fmt.Errorf("task %d runs on %s", id, gen.Owner(m))
+				}
+			}
+			return nil
+		}},
+		{"a task left out", func(tasks []workers.TaskRef, names []string) map[int]string {
+			return map[int]string{tasks[0].ID: names[0]}
+		}, func(gen cluster.Generation) error {
+			ids := make([]int, 0, len(gen.Assignment))
+			for id := range gen.Assignment {
+				ids = append(ids, id)
+			}
+			if want := cluster.Assign(gen.Topology, ids, []string{"n1", "n2", "n3"}); !maps.Equal(gen.Assignment, want) {
+				return fmt.Errorf("placed %v, rendezvous hashing places %v", gen.Assignment, want)
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			verifyNoLeaks(t)
+			const name = "placed"
+			nd := startNodesOn(t, inMemory, name, func(map[string]string) (*topology.Topology, error) {
+				b := topology.NewBuilder(name)
+				b.Spout("numbers", func() topology.Spout { return &numbers{n: 1000, d: 5 * time.Second} }, 1).Outputs("n")
+				b.Bolt("pre", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.Shuffle()).Outputs("n")
+				b.Bolt("sink", flowtest.NewSink().Bolt, 2).Input("pre", topology.Shuffle())
+				return build(t, b), nil
+			})
+			nd.place = tc.place
+			nd.submitOnThree(cluster.Spec{Name: name, Guarantee: "at-least-once", NoCheckpoints: true})
+			ctx := context.Background()
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				gen, _, err := nd.gens.Current(ctx, name)
+				if err == nil {
+					if err := tc.check(gen); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no generation after 10 s: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// submitOnThree starts the nodes n1, n2 and n3, waits until they are
+// members, and submits spec.
+func (n *nodes) submitOnThree(spec cluster.Spec) {
+	n.t.Helper()
+	members := []string{"n1", "n2", "n3"}
+	for _, m := range members {
+		n.start(m)
+	}
+	n.awaitMembers(members...)
+	if err := n.reg.Submit(context.Background(), spec); err != nil {
+		n.t.Fatal(err)
+	}
 }

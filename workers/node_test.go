@@ -41,6 +41,9 @@ type nodes struct {
 	// configure, if set, changes the runtime configuration of the nodes
 	// started after it is set.
 	configure func(*workers.Config)
+	// place, if set, is the placement policy of the nodes started after
+	// it is set (NodeConfig.Place).
+	place func(tasks []workers.TaskRef, workers []string) map[int]string
 	// memory, if set, is the cluster the nodes coordinate through, with
 	// the checkpoint store and dead letters they share.
 	memory      *cluster.MemoryCluster
@@ -140,7 +143,7 @@ func (n *nodes) startWith(member string, reg *metrics.Registry) {
 	}
 	errc := make(chan error, 1)
 	n.cancel[member], n.errs[member] = cancel, errc
-	cfg := workers.NodeConfig{Name: member, NATSURL: n.url, Runtime: rt, Members: nodeTiming, Memory: n.memory,
+	cfg := workers.NodeConfig{Name: member, NATSURL: n.url, Runtime: rt, Members: nodeTiming, Memory: n.memory, Place: n.place,
 		StatusEvery: 100 * time.Millisecond, Topologies: map[string]func(map[string]string) (*topology.Topology, error){n.name: n.build}}
 	go func() { errc <- workers.RunNode(ctx, cfg) }()
 }

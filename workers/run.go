@@ -160,9 +160,16 @@ func newRun(topo *topology.Topology, p *plan, cfg Config) *run {
 
 // componentSummary adds up the figures of c's tasks.
 func (r *run) componentSummary(c *topology.Component) ComponentSummary {
+	cs, _ := r.componentFigures(c)
+	return cs
+}
+
+// componentFigures is componentSummary with the histogram of complete
+// latency its percentiles come from.
+func (r *run) componentFigures(c *topology.Component) (ComponentSummary, *histogram) {
 	tasks := r.plan.compTasks[c.Name]
 	cs := ComponentSummary{Name: c.Name, Tasks: len(tasks), Spout: c.IsSpout()}
-	var lat histogram
+	lat := &histogram{}
 	var fill, fp float64
 	for _, id := range tasks {
 		tc := r.counters[id]
@@ -191,7 +198,7 @@ func (r *run) componentSummary(c *topology.Component) ComponentSummary {
 	}
 	cs.BloomFill, cs.BloomFPRate = fill, fp
 	cs.LatencyP50, cs.LatencyP99, cs.LatencyP999 = lat.quantile(0.5), lat.quantile(0.99), lat.quantile(0.999)
-	return cs
+	return cs, lat
 }
 
 // Subject returns the NATS subject of a task: ackflow.<topology>.task.<id>,
@@ -268,6 +275,36 @@ func (r *run) records() int64 {
 }
 
 func (r *run) summary(elapsed time.Duration, crashes int64) *Summary {
+	s := r.counts(elapsed, crashes, nil)
+	switch {
+	case r.memLetters != nil:
+		s.DeadLetters = r.memLetters.Letters()
+	case r.js != nil && s.DeadLettered > 0:
+		s.DeadLetterStream = r.deadLetters.(*deadletter.JetStream).Stream()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if s.DeadLetters, err = deadletter.ReadJetStream(ctx, r.js, r.plan.topo.Name); err != nil {
+			r.log.Warn().Err(err).Msg("cannot read the dead letters back for the summary")
+		}
+	}
+	return s
+}
+
+// partial is the run's figures for an in-process cluster's summary
+// (figures), taken once its tasks have stopped.
+func (r *run) partial() partial {
+	p := partial{gen: r.gen, lat: map[string]*histogram{}, rec: r.recov.byCrash(), plan: r.plan, comps: r.componentStatus(r.allTasks()), inFlight: r.inFlight()}
+	p.sum = r.counts(0, 0, p.lat)
+	for i := range p.comps {
+		p.comps[i].Pending, p.comps[i].Queue, p.comps[i].Capacity = 0, 0, 0
+	}
+	return p
+}
+
+// counts is the run's summary without its dead letters; lat, if set,
+// gets the histogram of complete latency of every spout.
+func (r *run) counts(elapsed time.Duration, crashes int64, lat map[string]*histogram) *Summary {
 	s := &Summary{
 		Topology: r.plan.topo.Name, Guarantee: r.cfg.Guarantee, Workers: r.plan.workers,
 		Placement: r.plan.describe(), Duration: elapsed,
@@ -289,7 +326,10 @@ func (r *run) summary(elapsed time.Duration, crashes int64) *Summary {
 		},
 	}
 	for _, c := range r.plan.topo.Components {
-		cs := r.componentSummary(c)
+		cs, h := r.componentFigures(c)
+		if lat != nil && cs.Spout {
+			lat[c.Name] = h
+		}
 		s.DeadLettered += cs.DeadLettered
 		if cs.Spout {
 			s.SourceRecords += cs.Emitted
@@ -299,18 +339,6 @@ func (r *run) summary(elapsed time.Duration, crashes int64) *Summary {
 	}
 	if elapsed > 0 {
 		s.RecordsPerSec = float64(s.Records) / elapsed.Seconds()
-	}
-	switch {
-	case r.memLetters != nil:
-		s.DeadLetters = r.memLetters.Letters()
-	case r.js != nil && s.DeadLettered > 0:
-		s.DeadLetterStream = r.deadLetters.(*deadletter.JetStream).Stream()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var err error
-		if s.DeadLetters, err = deadletter.ReadJetStream(ctx, r.js, r.plan.topo.Name); err != nil {
-			r.log.Warn().Err(err).Msg("cannot read the dead letters back for the summary")
-		}
 	}
 	return s
 }

@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"maps"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -299,6 +300,13 @@ func (r *recoveryLog) list() []time.Duration {
 		out = append(out, r.byID[id])
 	}
 	return out
+}
+
+// byCrash returns the recovery times by crash ID.
+func (r *recoveryLog) byCrash() map[int64]time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.byID)
 }
 
 // last returns the recovery time of the crash reported last.

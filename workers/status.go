@@ -54,6 +54,13 @@ type LatencyStatus struct {
 	SumSeconds float64  `json:"sum_seconds"`
 }
 
+func (l *LatencyStatus) clone() *LatencyStatus {
+	if l == nil {
+		return nil
+	}
+	return &LatencyStatus{Counts: slices.Clone(l.Counts), SumSeconds: l.SumSeconds}
+}
+
 // TransportStatus are a process's loss and flow-control counters for one
 // topology (the metrics of the same names).
 type TransportStatus struct {
@@ -65,6 +72,37 @@ type TransportStatus struct {
 	BadFrames       int64 `json:"bad_frames,omitempty"`
 	PublishErrors   int64 `json:"publish_errors,omitempty"`
 	Backpressure    int64 `json:"backpressure,omitempty"`
+}
+
+// add adds o's figures to c's: counters and latencies add up, the
+// busiest task's capacity wins.
+func (c *ComponentStatus) add(o ComponentStatus) {
+	c.Tasks += o.Tasks
+	c.Emitted += o.Emitted
+	c.Executed += o.Executed
+	c.Acked += o.Acked
+	c.Failed += o.Failed
+	c.Replayed += o.Replayed
+	c.TimedOut += o.TimedOut
+	c.DuplicatesDropped += o.DuplicatesDropped
+	c.DedupSuspects += o.DedupSuspects
+	c.DeadLettered += o.DeadLettered
+	c.Panics += o.Panics
+	c.EmitErrors += o.EmitErrors
+	c.Pending += o.Pending
+	c.Queue += o.Queue
+	c.Capacity = max(c.Capacity, o.Capacity)
+	if o.Latency != nil {
+		if c.Latency == nil {
+			c.Latency = &LatencyStatus{Counts: make([]uint64, len(o.Latency.Counts))}
+		}
+		for b, n := range o.Latency.Counts {
+			if b < len(c.Latency.Counts) {
+				c.Latency.Counts[b] += n
+			}
+		}
+		c.Latency.SumSeconds += o.Latency.SumSeconds
+	}
 }
 
 // add adds o's counters to t's.
@@ -251,14 +289,19 @@ type LocalTask struct {
 // attach shows r while it runs. end freezes what the view shows with the
 // run's outcome; call it once the run's metrics are final.
 func (v *LocalView) attach(r *run, sup *supervisor, started time.Time) (end func(state string, err error)) {
-	if v == nil {
-		return func(string, error) {}
-	}
-	live := func() LocalStatus {
+	return v.show(func() LocalStatus {
 		st := LocalStatus{Topology: r.plan.topo.Name, Guarantee: r.cfg.Guarantee, Started: started, State: LocalRunning, Crashes: sup.crashes.Load()}
 		st.Workers, st.Tasks = sup.status()
 		st.Components = r.componentStatus(r.allTasks())
 		return st
+	})
+}
+
+// show shows what live returns while a run goes on; end freezes it with
+// the run's outcome.
+func (v *LocalView) show(live func() LocalStatus) (end func(state string, err error)) {
+	if v == nil {
+		return func(string, error) {}
 	}
 	v.mu.Lock()
 	v.live, v.ran = live, true
