@@ -23,8 +23,10 @@ type Leader struct {
 	// coord takes the checkpoints; nil when the topology runs without.
 	coord *coordinator
 	ready map[int]bool
-	// ended are the slots whose tasks said they stopped (End).
-	ended map[int]bool
+	// ended are the slots whose tasks said they stopped (End), and
+	// endedNote wakes End when one says so.
+	ended     map[int]bool
+	endedNote chan struct{}
 	// moving are the slots changing owner, with the incarnation whose
 	// "ready" ends the checkpoints' hold (awaitMoves).
 	moving map[int]uint64
@@ -59,7 +61,7 @@ func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	if err != nil {
 		return nil, fmt.Errorf("workers: leader cannot connect to NATS at %s: %w", r.url, err)
 	}
-	l := &Leader{r: r, g: g, nc: nc, ready: map[int]bool{}, ended: map[int]bool{}, moving: map[int]uint64{}, waits: map[int]*moveWait{}, begun: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Leader{r: r, g: g, nc: nc, ready: map[int]bool{}, ended: map[int]bool{}, endedNote: make(chan struct{}, 1), moving: map[int]uint64{}, waits: map[int]*moveWait{}, begun: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.checkpointEvery() > 0 {
 		if l.coord, err = newCoordinator(ctx, r, nc, r.store, g.RestoreFrom); err != nil {
 			nc.Close()
@@ -106,6 +108,10 @@ func (l *Leader) onBarrier(m *nats.Msg) {
 	defer l.mu.Unlock()
 	if f[0] == "ended" {
 		l.ended[slot] = true
+		select {
+		case l.endedNote <- struct{}{}:
+		default:
+		}
 		return
 	}
 	l.ready[slot] = true
@@ -246,8 +252,9 @@ func (l *Leader) End(ctx context.Context) error {
 	l.halt()
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	say := func() { l.nc.Publish(barrierSubject(l.r.plan.topo.Name), []byte(fmt.Sprintf("end %d", l.g.Number))) }
+	say()
 	for {
-		l.nc.Publish(barrierSubject(l.r.plan.topo.Name), []byte(fmt.Sprintf("end %d", l.g.Number)))
 		l.mu.Lock()
 		var left []int
 		for slot := range l.g.Slots {
@@ -262,7 +269,9 @@ func (l *Leader) End(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("workers: generation %d: slots %v did not say their tasks stopped: %w", l.g.Number, left, ctx.Err())
+		case <-l.endedNote: // a slot said it stopped: look again
 		case <-t.C:
+			say() // to any member that missed it
 		}
 	}
 }
