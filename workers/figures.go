@@ -72,6 +72,13 @@ func (f *figures) ended(m *Member) {
 	}
 }
 
+// running is how many members have not ended.
+func (f *figures) running() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.live)
+}
+
 func (f *figures) led(l *Leader) {
 	f.mu.Lock()
 	f.leaders[l] = true

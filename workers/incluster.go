@@ -123,6 +123,12 @@ func runInProcessCluster(ctx context.Context, topo *topology.Topology, cfg Confi
 	close(stopCrashes)
 	crasher.Wait()
 	elapsed := time.Since(start)
+	// The nodes stop their members gracefully (Cleanup runs) when they see
+	// the submission finished, failed or killed; stopping a node first
+	// would crash them, as a worker process that stops does.
+	if spec, _, err := c.client.Registry.Get(context.Background(), topo.Name); err == nil && !live(spec.State) {
+		c.awaitMembersStopped()
+	}
 	c.stopAll()
 	sum := c.fig.summary()
 	sum.Topology, sum.Guarantee, sum.Workers, sum.Duration = topo.Name, cfg.Guarantee, cfg.Workers, elapsed
@@ -296,6 +302,23 @@ func (c *inCluster) awaitMembers(ctx context.Context) error {
 		}
 	}
 }
+
+// awaitMembersStopped waits until no member of the run is left, or
+// memberStopWait has passed (a Cleanup that hangs).
+func (c *inCluster) awaitMembersStopped() {
+	deadline := time.Now().Add(memberStopWait)
+	for c.fig.running() > 0 {
+		if time.Now().After(deadline) {
+			c.cfg.Logger.Warn().Int("members", c.fig.running()).Dur("waited", memberStopWait).Msg("tasks did not stop after the run ended; stopping their nodes")
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// memberStopWait bounds how long a run that ended waits for its tasks'
+// Cleanup.
+const memberStopWait = 30 * time.Second
 
 // await follows the submission until it is finished, failed, or killed
 // after ctx ended, and calls Progress meanwhile.
