@@ -139,6 +139,10 @@ func TestNodesNeverRestoreAnEarlierSubmissionsCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+		// The first submission's counters write their result in Cleanup
+		// once their members see the state (CI once counted one after
+		// the clear).
+		n.awaitMembersEnded()
 		mu.Lock()
 		clear(result)
 		mu.Unlock()
@@ -166,6 +170,7 @@ func TestNodesNeverRestoreAnEarlierSubmissionsCheckpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		n.awaitMembersEnded()
 		n.stopAll()
 		t.Logf("finished in generation %d, restored from %d (floor %d)", last.Number, last.RestoreFrom, last.Floor)
 		if opens.Load() < 2 {
