@@ -550,6 +550,9 @@ func (l *leading) adopt(gen cluster.Generation, topo *topology.Topology, cfg Con
 	if err != nil {
 		return err
 	}
+	if gen.Parallelism != nil {
+		cfg.Parallelism = maps.Clone(gen.Parallelism) // as its members do (runner.join)
+	}
 	l.lg, err = LeadGeneration(l.ctx, topo, cfg, wg, l.lease)
 	if err != nil {
 		return err

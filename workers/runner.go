@@ -449,6 +449,12 @@ func (r *runner) join(ctx context.Context, g cluster.Generation, spec cluster.Sp
 	if err != nil {
 		return err
 	}
+	// The generation's parallelism, not the submission's: a rebalance
+	// written meanwhile (or refused, without checkpoints) is the next
+	// generation's, and a slot that moves joins the one that runs.
+	if g.Parallelism != nil {
+		cfg.Parallelism = maps.Clone(g.Parallelism)
+	}
 	wg, err := layout(g)
 	if err != nil {
 		return err
