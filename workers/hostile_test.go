@@ -203,6 +203,7 @@ func TestGarbageInTheClusterKV(t *testing.T) {
 		}
 	}
 	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	n.awaitMembersEnded() // Cleanup has run
 	n.stopAll()
 	// Each new generation restarts the topology at-least-once (no
 	// checkpoints): records arrive again, none may be missing.

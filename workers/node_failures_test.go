@@ -88,6 +88,7 @@ func TestNodesRestartAGenerationWhoseTasksFailed(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				n.awaitMembersEnded() // Cleanup has run
 				n.stopAll()
 				t.Logf("finished after %v in generation %d (%s)", time.Since(start).Round(time.Millisecond), gen.Number, gen.Reason)
 				if !spoutFailed.Load() || prepareFails.Load() >= 0 {
@@ -249,6 +250,7 @@ func TestNodesFailATopologyWhoseTasksKeepFailing(t *testing.T) {
 			t.Fatalf("a failed topology's name cannot be submitted again: %v", err)
 		}
 		n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+		n.awaitMembersEnded() // Cleanup has run
 		n.stopAll()
 		mu.Lock()
 		defer mu.Unlock()

@@ -202,6 +202,7 @@ func testMoveAStatelessSlot(t *testing.T, c coordination) {
 	}
 	nd.awaitReport(name, victim, 10*time.Second, runs)
 	nd.await(2*time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	nd.awaitMembersEnded() // Cleanup has run
 	nd.stopAll()
 	tl.expect(t, "all", n, 3, false)
 	tl.expect(t, "fanned", n*k, 1, false)

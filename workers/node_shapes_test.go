@@ -269,6 +269,7 @@ func TestClusterShapesAcrossGenerations(t *testing.T) {
 			healed := time.Now()
 			nd.await(2*time.Minute, func(s string) bool { return s == cluster.StateFinished })
 			took := time.Since(healed)
+			nd.awaitMembersEnded() // Cleanup has run
 			nd.stopAll()
 			last, _, err := nd.gens.Current(context.Background(), name)
 			if err != nil {

@@ -255,6 +255,7 @@ func TestNodesRunATopologyExactlyOnceAcrossLeaves(t *testing.T) {
 		time.Sleep(700 * time.Millisecond)
 		n.stop("n1")
 		n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+		n.awaitMembersEnded() // Cleanup has run
 		n.stopAll()
 		mu.Lock()
 		defer mu.Unlock()
@@ -400,6 +401,7 @@ func TestWorkerWithAnotherBuildGetsNoTasks(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	n.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	n.awaitMembersEnded() // Cleanup has run
 	n.stopAll()
 	mu.Lock()
 	defer mu.Unlock()
