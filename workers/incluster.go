@@ -399,8 +399,7 @@ func (c *inCluster) crashChaos(every time.Duration, stop <-chan struct{}) {
 		case <-t.C:
 		}
 		name := candidates[rng.IntN(len(candidates))]
-		ms, err := c.client.Members.List(context.Background())
-		if err != nil || !slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.Name == name }) {
+		if !c.listed(name) {
 			continue // not back from its last crash yet
 		}
 		c.rt.Logger.Warn().Str("worker", name).Msg("chaos: crashing worker")
@@ -410,11 +409,7 @@ func (c *inCluster) crashChaos(every time.Duration, stop <-chan struct{}) {
 		c.stop(name, true)
 		// As a restarted process would, it waits for its entry to expire
 		// before it joins again.
-		for {
-			ms, err := c.client.Members.List(context.Background())
-			if err != nil || !slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.Name == name }) {
-				break
-			}
+		for c.listed(name) {
 			select {
 			case <-stop:
 				return
@@ -423,6 +418,13 @@ func (c *inCluster) crashChaos(every time.Duration, stop <-chan struct{}) {
 		}
 		c.start(name)
 	}
+}
+
+// listed reports whether the membership lists the node name (false when
+// it cannot be read).
+func (c *inCluster) listed(name string) bool {
+	ms, err := c.client.Members.List(context.Background())
+	return err == nil && slices.ContainsFunc(ms, func(m cluster.Member) bool { return m.Name == name })
 }
 
 // readDeadLetters reads the dead letters back from their stream.

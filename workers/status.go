@@ -93,16 +93,21 @@ func (c *ComponentStatus) add(o ComponentStatus) {
 	c.Queue += o.Queue
 	c.Capacity = max(c.Capacity, o.Capacity)
 	if o.Latency != nil {
-		if c.Latency == nil {
-			c.Latency = &LatencyStatus{Counts: make([]uint64, len(o.Latency.Counts))}
-		}
-		for b, n := range o.Latency.Counts {
-			if b < len(c.Latency.Counts) {
-				c.Latency.Counts[b] += n
-			}
-		}
-		c.Latency.SumSeconds += o.Latency.SumSeconds
+		c.addLatency(o.Latency.Counts, o.Latency.SumSeconds)
 	}
+}
+
+// addLatency adds a histogram's counts per bucket and sum to c's.
+func (c *ComponentStatus) addLatency(counts []uint64, sumSeconds float64) {
+	if c.Latency == nil {
+		c.Latency = &LatencyStatus{Counts: make([]uint64, len(counts))}
+	}
+	for b, n := range counts {
+		if b < len(c.Latency.Counts) {
+			c.Latency.Counts[b] += n
+		}
+	}
+	c.Latency.SumSeconds += sumSeconds
 }
 
 // add adds o's counters to t's.
@@ -176,13 +181,7 @@ func (r *run) componentStatus(tasks []int) []ComponentStatus {
 		}
 		if h != nil {
 			counts, sum := h.Counts()
-			if cs.Latency == nil {
-				cs.Latency = &LatencyStatus{Counts: make([]uint64, len(counts))}
-			}
-			for b, n := range counts {
-				cs.Latency.Counts[b] += n
-			}
-			cs.Latency.SumSeconds += sum.Seconds()
+			cs.addLatency(counts, sum.Seconds())
 		}
 	}
 	order := map[string]int{}
