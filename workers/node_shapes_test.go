@@ -68,7 +68,7 @@ func (t *tallies) expect(tb testing.TB, branch string, n int64, want int64, exac
 
 func shapesTopology(t *testing.T, name string, n, k int64, tl *tallies, failed map[int64]bool, mu *sync.Mutex) *topology.Topology {
 	b := topology.NewBuilder(name)
-	b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: 6 * time.Second}} }, 1).Outputs("n")
+	b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: 10 * time.Second}} }, 1).Outputs("n")
 	// All: each of three copies is counted.
 	b.Bolt("copy", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.All()).Outputs("n")
 	b.Bolt("all", tl.counter("all"), 2).KeyedState().Input("copy", topology.Fields("n")).Outputs("n")
