@@ -20,7 +20,7 @@ build:
 FUZZTIME ?= 30s
 FUZZ_TARGETS := wire:FuzzDecodeFrame cluster:FuzzDecodeSpec cluster:FuzzDecodeGeneration cluster:FuzzDecodeMember \
 	checkpoint:FuzzReadManifest workers:FuzzDecodeSnapshot topology:FuzzStateRestore sources:FuzzDecodePosition \
-	sinks:FuzzJetStreamRestore deadletter:FuzzLetterJSON
+	sinks:FuzzJetStreamRestore sinks:FuzzFileRestore deadletter:FuzzLetterJSON
 fuzz:
 	@set -eo pipefail; for t in $(FUZZ_TARGETS); do \
 		echo "== $${t#*:} (./$${t%%:*}/, $(FUZZTIME))"; \

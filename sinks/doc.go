@@ -15,9 +15,12 @@
 //     rather than dropped, so the newest value is never lost.
 //   - File writes per epoch and makes an epoch's file visible only once the
 //     checkpoint of that epoch is complete (a two-phase commit, as Flink's
-//     TwoPhaseCommitSinkFunction): exactly-once with checkpoints. Without
-//     checkpoints it is at-least-once, and its output appears when the run
-//     ends.
+//     TwoPhaseCommitSinkFunction): exactly-once with checkpoints. Each
+//     checkpoint names the pending files it covers, so a task restored
+//     from it commits those and drops the files of any other instance of
+//     the task (one rolled back, or one on a worker that woke up after
+//     losing its lease). Without checkpoints it is at-least-once, and its
+//     output appears when the run ends.
 //   - Stdout prints each input: at-least-once at best, since a replayed or
 //     rolled-back record is printed again. It is for trying things out.
 //

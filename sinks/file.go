@@ -1,13 +1,16 @@
 package sinks
 
 import (
-	"bufio"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ackflow/ackflow/topology"
@@ -38,6 +41,7 @@ func (c FileConfig) Validate() error {
 var (
 	_ topology.Bolt          = (*File)(nil)
 	_ topology.Transactional = (*File)(nil)
+	_ topology.Stateful      = (*File)(nil)
 	_ topology.Flusher       = (*File)(nil)
 )
 
@@ -54,11 +58,19 @@ const (
 
 // File is a two-phase-commit file sink (Flink's TwoPhaseCommitSinkFunction)
 // and implements topology.Transactional. Task i writes the records of the
-// epoch in progress to a hidden pending file, .<Name>-<i>-<epoch>.pending
-// in Dir. PreCommit makes it durable, Commit renames it to
-// <Name>-<i>-<epoch, 20 digits>.part: a part appears only once its
+// epoch in progress to a hidden pending file,
+// .<Name>-<i>-<epoch>.<token>.pending in Dir, where the token is drawn by
+// this instance of the task. PreCommit makes it durable, Commit renames it
+// to <Name>-<i>-<epoch, 20 digits>.part: a part appears only once its
 // checkpoint is complete, so a rolled-back epoch is never seen and its
 // replay is written once. ReadParts and Lines read the parts back.
+//
+// The checkpoint names the pending files it covers (the sink is Stateful:
+// its snapshot is its token and the epochs it pre-committed but has not
+// committed), and Recover commits exactly those. The files of any other
+// instance are dropped: an instance that was rolled back, or one that
+// still writes after its worker lost its lease (paused, cut off) and
+// whose successor writes the same epochs.
 //
 // With checkpoints (TaskContext.CheckpointEvery > 0) an input is acked as
 // soon as it is in the pending file's buffer: whether it is delivered is
@@ -77,12 +89,24 @@ type File struct {
 	task         int  // index within the component
 	checkpointed bool // epochs roll back; acks do not wait for the disk
 	prepared     bool
+	// token names this instance's pending files (with checkpoints).
+	token string
+	// restored is what the checkpoint the task restarts from pre-committed,
+	// for Recover to commit.
+	restored *fileSnapshot
 
 	epoch uint64 // epoch being written
 	f     *os.File
 	file  counter // f, counting what reached it
-	w     *bufio.Writer
-	good  int64 // length of f at the last flush: whole records only
+	// buf holds whole records for f: it is written in one call when the
+	// next record would not fit, so that every write ends at the end of a
+	// record. Without checkpoints a restarted task appends to its
+	// predecessor's file, and a predecessor that still runs (its worker
+	// was paused past its lease) may append too: whole-record writes
+	// interleave as whole records, where a buffer cut anywhere would have
+	// split one with the other's.
+	buf  []byte
+	good int64 // length of f at the last flush: whole records only
 	// lost is why the epoch in progress misses acked records: it cannot
 	// be pre-committed until Recover starts over.
 	lost error
@@ -123,6 +147,9 @@ func (s *File) Prepare(tc topology.TaskContext, out topology.Collector) error {
 	s.out, s.task, s.checkpointed = out, tc.Index, tc.CheckpointEvery > 0
 	s.epoch, s.prepared = 1, true
 	if s.checkpointed {
+		var b [tokenLen / 2]byte
+		rand.Read(b[:]) // never fails (crypto/rand)
+		s.token = hex.EncodeToString(b[:])
 		return nil // Recover decides what the directory's files are
 	}
 	parts, err := scan(s.cfg.Dir, s.cfg.Name)
@@ -198,9 +225,12 @@ func (s *File) write(rec []byte) error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	if _, err := s.w.Write(rec); err != nil {
-		return s.writeFailed(err)
+	if len(s.buf) > 0 && len(s.buf)+len(rec) > fileBuffer {
+		if err := s.flush(); err != nil {
+			return err
+		}
 	}
+	s.buf = append(s.buf, rec...)
 	return nil
 }
 
@@ -228,11 +258,10 @@ func (s *File) open() error {
 	}
 	s.f, s.good = f, st.Size()
 	s.file = counter{w: f, n: st.Size()}
-	if s.w == nil {
-		s.w = bufio.NewWriterSize(&s.file, fileBuffer)
-	} else {
-		s.w.Reset(&s.file)
+	if s.buf == nil {
+		s.buf = make([]byte, 0, fileBuffer)
 	}
+	s.buf = s.buf[:0]
 	return nil
 }
 
@@ -241,8 +270,12 @@ func (s *File) flush() error {
 	if s.f == nil {
 		return nil
 	}
-	if err := s.w.Flush(); err != nil {
-		return s.writeFailed(err)
+	if len(s.buf) > 0 {
+		_, err := s.file.Write(s.buf)
+		s.buf = s.buf[:0]
+		if err != nil {
+			return s.writeFailed(err)
+		}
 	}
 	s.good = s.file.n
 	return nil
@@ -264,7 +297,6 @@ func (s *File) writeFailed(err error) error {
 		err = fmt.Errorf("%w (cutting the file back to its last whole record failed too: %v)", err, terr)
 	}
 	s.file.n = s.good
-	s.w.Reset(&s.file)
 	s.failHeld(err)
 	return err
 }
@@ -347,7 +379,7 @@ func (s *File) Commit(epoch uint64) error {
 	n := 0
 	defer func() { s.precommitted = s.precommitted[n:] }()
 	for ; n < len(s.precommitted) && s.precommitted[n] <= epoch; n++ {
-		if err := s.commitFile(s.precommitted[n]); err != nil {
+		if err := s.commitFile(s.precommitted[n], s.token); err != nil {
 			return err
 		}
 	}
@@ -357,11 +389,16 @@ func (s *File) Commit(epoch uint64) error {
 	return syncDir(s.cfg.Dir)
 }
 
-// commitFile renames the pending file of epoch to its part. It refuses to
-// replace an existing part: that is another run's output.
-func (s *File) commitFile(epoch uint64) error {
-	from, to := s.pendingPath(epoch), s.path(partName(s.cfg.Name, s.task, epoch))
+// commitFile renames the pending file of epoch written by the instance
+// with token to its part. It refuses to replace an existing part: that is
+// another run's output. A part without the pending file was committed
+// already, by this instance or by a successor's Recover.
+func (s *File) commitFile(epoch uint64, token string) error {
+	from, to := s.path(pendingName(s.cfg.Name, s.task, epoch, token)), s.path(partName(s.cfg.Name, s.task, epoch))
 	if _, err := os.Lstat(to); err == nil {
+		if _, err := os.Lstat(from); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		return fmt.Errorf("sinks: committing %s: %s exists already, another run's output; move it away, or set another Dir or Name", from, to)
 	}
 	err := os.Rename(from, to)
@@ -374,13 +411,15 @@ func (s *File) commitFile(epoch uint64) error {
 	return nil
 }
 
-// Recover settles what an earlier life of this task left in the directory,
-// for a run that starts from checkpoint epoch (0: none). Pending files up
-// to epoch were pre-committed for complete checkpoints: they are
-// committed. Later ones belong to attempts that are rolled back: with
-// checkpoints they are deleted, since the replay writes them again;
-// without, nothing replays them and they are kept and appended to. The
-// next records go to epoch+1.
+// Recover settles what earlier lives of this task left in the directory,
+// for a run that starts from checkpoint epoch (0: none). With checkpoints,
+// the pending files the checkpoint names (Restore) were pre-committed for
+// it or for an earlier epoch: they are committed. Every other pending file
+// of the task is deleted, since the replay writes its records again: a
+// rolled-back epoch's, or one a worker that lost its lease went on
+// writing. Without checkpoints nothing replays, so pending files up to
+// epoch are committed and later ones kept and appended to. The next
+// records go to epoch+1.
 func (s *File) Recover(epoch uint64) error {
 	if !s.prepared {
 		return errors.New("sinks: File.Recover before Prepare")
@@ -393,32 +432,108 @@ func (s *File) Recover(epoch uint64) error {
 	if err := s.refuseForeign(parts, epoch, false); err != nil {
 		return err
 	}
+	restored := s.restored.covering(epoch)
 	changed := false
 	for _, p := range parts {
 		if !p.pending || p.task != s.task || (p.epoch > epoch && !s.checkpointed) {
 			continue
 		}
-		if err := s.settlePending(p, epoch); err != nil {
+		if err := s.settlePending(p, epoch, restored); err != nil {
 			return err
 		}
 		changed = true
 	}
-	if changed {
+	// A file the checkpoint names and that is gone was committed by an
+	// earlier Recover from the same checkpoint, or by its own instance.
+	for _, e := range restored.epochs {
+		if err := s.commitFile(e, restored.token); err != nil {
+			return err
+		}
+	}
+	if changed || len(restored.epochs) > 0 {
 		if err := syncDir(s.cfg.Dir); err != nil {
 			return err
 		}
 	}
-	s.epoch, s.precommitted, s.lost = epoch+1, nil, nil
+	s.epoch, s.precommitted, s.lost, s.restored = epoch+1, nil, nil, nil
 	return nil
 }
 
-func (s *File) settlePending(p part, epoch uint64) error {
-	if p.epoch <= epoch {
-		return s.commitFile(p.epoch)
+// settlePending commits or deletes a pending file p of this task found by
+// Recover(epoch); the files the checkpoint names are left to Recover.
+func (s *File) settlePending(p part, epoch uint64, restored fileSnapshot) error {
+	switch {
+	case p.token != "" && p.token == restored.token && slices.Contains(restored.epochs, p.epoch):
+		return nil
+	case p.token == "" && p.epoch <= epoch:
+		// Without checkpoints every such file is the task's; with them,
+		// one without a token is an earlier version's, which committed
+		// every pending file up to the checkpoint.
+		return s.commitFile(p.epoch, "")
 	}
 	if err := os.Remove(s.path(p.file)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("sinks: removing %s, which belongs to a rolled-back epoch: %w; remove it by hand", s.path(p.file), err)
+		return fmt.Errorf("sinks: removing %s, which belongs to a rolled-back epoch or a replaced worker: %w; remove it by hand", s.path(p.file), err)
 	}
+	return nil
+}
+
+// fileSnapshot is a File's checkpointed state: the token of the instance
+// that took it and the epochs it had pre-committed and not committed,
+// the epoch of the checkpoint itself written as 0 (Snapshot does not know
+// it; PreCommit comes next).
+type fileSnapshot struct {
+	token  string
+	epochs []uint64
+}
+
+// covering returns the snapshot of checkpoint epoch with its epochs
+// numbered: a snapshot restored from it, or none.
+func (f *fileSnapshot) covering(epoch uint64) fileSnapshot {
+	if f == nil || epoch == 0 {
+		return fileSnapshot{}
+	}
+	out := fileSnapshot{token: f.token}
+	for _, e := range f.epochs {
+		if e == 0 {
+			e = epoch
+		}
+		if e <= epoch {
+			out.epochs = append(out.epochs, e)
+		}
+	}
+	return out
+}
+
+// Snapshot names the pending files the checkpoint being taken covers:
+// those pre-committed and not yet committed, and the one PreCommit is
+// about to seal.
+func (s *File) Snapshot() ([]byte, error) {
+	if !s.checkpointed {
+		return nil, nil
+	}
+	b := appendString(nil, s.token)
+	b = binary.AppendUvarint(b, uint64(len(s.precommitted)+1))
+	for _, e := range s.precommitted {
+		b = binary.AppendUvarint(b, e)
+	}
+	return binary.AppendUvarint(b, 0), nil
+}
+
+// Restore reads a Snapshot, for Recover.
+func (s *File) Restore(snapshot []byte) error {
+	if len(snapshot) == 0 {
+		return nil
+	}
+	r := &reader{b: snapshot}
+	f := &fileSnapshot{token: r.string()}
+	n := r.uvarint()
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		f.epochs = append(f.epochs, r.uvarint())
+	}
+	if r.err != nil || len(r.b) > 0 || !isToken(f.token) {
+		return fmt.Errorf("sinks: %s task %d: the checkpoint's file sink state (%d bytes) does not decode; the checkpoint is damaged", s.cfg.Name, s.task, len(snapshot))
+	}
+	s.restored = f
 	return nil
 }
 
@@ -457,5 +572,5 @@ func (s *File) Cleanup() error {
 func (s *File) path(file string) string { return filepath.Join(s.cfg.Dir, file) }
 
 func (s *File) pendingPath(epoch uint64) string {
-	return s.path(pendingName(s.cfg.Name, s.task, epoch))
+	return s.path(pendingName(s.cfg.Name, s.task, epoch, s.token))
 }

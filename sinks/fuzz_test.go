@@ -16,13 +16,7 @@ func FuzzJetStreamRestore(f *testing.F) {
 	src := &JetStream{tc: tc,
 		batches: []walBatch{{epoch: 3, msgs: []walMsg{{id: 1, subject: "a", data: []byte("x")}, {id: 2, subject: "b.c"}}}, {epoch: 4}},
 		open:    []walMsg{{id: 9, subject: "a", data: []byte("[\"the\",3]")}}}
-	good, err := src.Snapshot()
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(good)
-	f.Add(good[:len(good)-1])
-	f.Add([]byte{})
+	addSnapshotSeeds(f, src)
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Add([]byte{1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0x7f})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -60,4 +54,52 @@ func FuzzJetStreamRestore(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzFileRestore feeds arbitrary bytes to the file sink's Restore, which
+// reads the pending files a checkpoint names. It must not panic; what it
+// accepts names a token of 8 hex digits, and a refusal restores nothing.
+func FuzzFileRestore(f *testing.F) {
+	src := &File{checkpointed: true, token: "0123abcd", precommitted: []uint64{4, 7}}
+	addSnapshotSeeds(f, src)
+	f.Add([]byte{8, 'z', 'z', 'z', 'z', 'z', 'z', 'z', 'z', 0})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := &File{}
+		if err := s.Restore(data); err != nil {
+			if s.restored != nil {
+				t.Fatalf("a refused snapshot restored %+v", s.restored)
+			}
+			return
+		}
+		if len(data) == 0 {
+			return
+		}
+		if !isToken(s.restored.token) {
+			t.Fatalf("restored token %q", s.restored.token)
+		}
+		again := &File{checkpointed: true, token: s.restored.token}
+		for _, e := range s.restored.epochs {
+			if e != 0 {
+				again.precommitted = append(again.precommitted, e)
+			}
+		}
+		b, _ := again.Snapshot()
+		r := &File{}
+		if err := r.Restore(b); err != nil {
+			t.Fatalf("the snapshot of a restored sink is refused: %v", err)
+		}
+	})
+}
+
+// addSnapshotSeeds seeds f with src's snapshot, the same cut short, and
+// nothing.
+func addSnapshotSeeds(f *testing.F, src topology.Stateful) {
+	good, err := src.Snapshot()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(good[:len(good)-1])
+	f.Add([]byte{})
 }

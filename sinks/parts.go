@@ -12,19 +12,34 @@ import (
 
 // A File sink's task i names its files, for epoch e:
 //
-//	.<name>-<i>-<e>.pending        written or pre-committed, not visible
-//	<name>-<i>-<e, 20 digits>.part committed
+//	.<name>-<i>-<e>.<token>.pending written or pre-committed, not visible
+//	<name>-<i>-<e, 20 digits>.part  committed
 //
-// The dot hides pending files from ls and globs such as name-*; the
-// zero-padded epoch makes a directory listing sort parts by epoch.
+// The token (8 hex digits) is drawn by each instance of the task that
+// takes checkpoints: a worker paused past its lease that wakes up may
+// still write for a while, and its files must not mix with its
+// successor's, which writes the same epochs. Without checkpoints a
+// restarted task appends to its predecessor's file, which has no token:
+// .<name>-<i>-<e>.pending. The dot hides pending files from ls and globs
+// such as name-*; the zero-padded epoch makes a directory listing sort
+// parts by epoch.
 
 const (
 	pendingSuffix = ".pending"
 	partSuffix    = ".part"
+	tokenLen      = 8
 )
 
-func pendingName(name string, task int, epoch uint64) string {
+func pendingName(name string, task int, epoch uint64, token string) string {
+	if token != "" {
+		return fmt.Sprintf(".%s-%d-%d.%s%s", name, task, epoch, token, pendingSuffix)
+	}
 	return fmt.Sprintf(".%s-%d-%d%s", name, task, epoch, pendingSuffix)
+}
+
+// isToken reports whether s is a token of pendingName.
+func isToken(s string) bool {
+	return len(s) == tokenLen && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 func partName(name string, task int, epoch uint64) string {
@@ -37,12 +52,13 @@ type part struct {
 	task    int
 	epoch   uint64
 	pending bool
+	token   string // of a pending file written with checkpoints
 }
 
 // parseFile reads a base name written by pendingName or partName for name.
 // Names of other sinks in the same directory do not parse, even when their
 // name starts with name (out and out-1): the rest must be exactly
-// <task>-<epoch>.
+// <task>-<epoch> (and a token for a pending file).
 func parseFile(file, name string) (part, bool) {
 	p := part{file: file}
 	rest, ok := strings.CutSuffix(file, partSuffix)
@@ -54,6 +70,9 @@ func parseFile(file, name string) (part, bool) {
 			return p, false
 		}
 		p.pending = true
+		if i := strings.LastIndexByte(rest, '.'); i >= 0 && isToken(rest[i+1:]) {
+			rest, p.token = rest[:i], rest[i+1:]
+		}
 	}
 	rest, ok = strings.CutPrefix(rest, name+"-")
 	if !ok {
