@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,6 +52,27 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, cfg MembersConfig, opts
 type MemoryCluster struct {
 	cfg                                               MembersConfig
 	members, registry, generations, leaders, statuses *memBucket
+	id                                                string
+}
+
+// ID tells this cluster from other in-memory clusters whose workers have
+// the same names (local runs of other topologies) on the same NATS
+// server: a random 16 hex digits.
+func (c *MemoryCluster) ID() string { return c.id }
+
+// HoldMembers makes a member's entry outlive its TTL while alive(name)
+// reports the member running; once it reports false, the entry expires at
+// most a quarter of DeadAfter after the later of its TTL and that moment.
+// For a cluster whose workers all run in this process, which knows when
+// one ends: there a renewal comes late only because the process is busy
+// (its goroutines wait for the CPU, under load or the race detector), and
+// taking the worker for dead would move its tasks for nothing; without
+// checkpoints a moved spout starts its source again. Leader leases and
+// reports still expire by their TTL: a leader whose renewal is late steps
+// down by itself, and another takes over without moving a task. alive is
+// called with the bucket locked: it must not call into this cluster.
+func (c *MemoryCluster) HoldMembers(alive func(name string) bool) {
+	c.members.setHold(alive)
 }
 
 // NewMemoryCluster returns an empty cluster whose members, leader leases
@@ -59,8 +82,10 @@ func NewMemoryCluster(cfg MembersConfig) (*MemoryCluster, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
+	var id [8]byte
+	rand.Read(id[:]) // never fails (crypto/rand)
 	return &MemoryCluster{cfg: cfg, members: newMemBucket(cfg.DeadAfter), registry: newMemBucket(0), generations: newMemBucket(0),
-		leaders: newMemBucket(cfg.DeadAfter), statuses: newMemBucket(cfg.DeadAfter)}, nil
+		leaders: newMemBucket(cfg.DeadAfter), statuses: newMemBucket(cfg.DeadAfter), id: hex.EncodeToString(id[:])}, nil
 }
 
 // Open returns one worker's handles. cfg's callbacks are that worker's;

@@ -253,7 +253,10 @@ func (c *campaign) sleep(ctx context.Context) {
 // deposed.
 func (c *campaign) lead(ctx context.Context, rev uint64, sent time.Time) (resigned bool) {
 	l := &leaseState{rev: rev, deadline: sent.Add(c.e.lease())}
-	l.until.Store(&l.deadline)
+	// A copy: keep rewrites deadline while LeaseValid reads what until
+	// points to.
+	first := l.deadline
+	l.until.Store(&first)
 	leaderCtx, cancel := context.WithCancel(context.WithValue(ctx, leaseKey{}, &l.until))
 	defer cancel()
 	done := make(chan struct{})

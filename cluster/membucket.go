@@ -14,6 +14,9 @@ import (
 // marker that watchers see.
 type memBucket struct {
 	ttl time.Duration
+	// hold, when set, keeps a key whose TTL ran out while it reports true
+	// (see MemoryCluster.HoldMembers); called with mu held.
+	hold func(key string) bool
 
 	// mu is taken before a memWatcher's mu, never after.
 	mu       sync.Mutex
@@ -155,9 +158,24 @@ func (b *memBucket) write(key string, value []byte, removed bool) uint64 {
 func (b *memBucket) expireRev(key string, rev uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if k := b.keys[key]; k != nil && k.rev == rev && !k.removed {
-		b.write(key, nil, true)
+	k := b.keys[key]
+	if k == nil || k.rev != rev || k.removed {
+		return
 	}
+	if b.hold != nil && b.hold(key) {
+		// Looked at again a quarter of the TTL on: a key released
+		// expires at most that long after its TTL ran out.
+		k.expiry = time.AfterFunc(b.ttl/4, func() { b.expireRev(key, rev) })
+		return
+	}
+	b.write(key, nil, true)
+}
+
+// setHold sets hold; see MemoryCluster.HoldMembers.
+func (b *memBucket) setHold(hold func(key string) bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.hold = hold
 }
 
 func (b *memBucket) watch(ctx context.Context, key string) (<-chan event, error) {

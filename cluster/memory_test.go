@@ -3,7 +3,9 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,4 +166,54 @@ func TestMembersConfigValidate(t *testing.T) {
 	if _, err := cluster.NewMemoryElector(cluster.MembersConfig{HeartbeatEvery: time.Second, DeadAfter: time.Second}); err == nil {
 		t.Fatalf("NewMemoryElector accepted an invalid config")
 	}
+}
+
+// TestMemoryClusterHoldsRunningMembers: with HoldMembers, a member whose
+// heartbeats stop (as a busy process's come late) stays listed while it
+// is reported running, and expires once it is not; a member not held
+// expires by its TTL alone.
+func TestMemoryClusterHoldsRunningMembers(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	c, err := cluster.NewMemoryCluster(fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running atomic.Bool
+	running.Store(true)
+	c.HoldMembers(func(name string) bool { return name == "held" && running.Load() })
+	co, err := c.Open(fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, name := range []string{"held", "free"} {
+		if err := co.Members.Join(ctx, cluster.Member{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+		if err := co.Members.(*cluster.MemoryMembers).Pause(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func() string {
+		ms, err := co.Members.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Name)
+		}
+		slices.Sort(out)
+		return strings.Join(out, " ")
+	}
+	waitFor(t, fast.DeadAfter+time.Second, "the member not held to expire", func() bool { return names() == "held" })
+	time.Sleep(3 * fast.DeadAfter)
+	if got := names(); got != "held" {
+		t.Fatalf("after three times DeadAfter without a heartbeat the members are [%s]; want the held one", got)
+	}
+	running.Store(false)
+	stopped := time.Now()
+	waitFor(t, fast.DeadAfter, "the released member to expire", func() bool { return names() == "" })
+	t.Logf("expired %v after its release", time.Since(stopped).Round(time.Millisecond))
 }
