@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,26 +25,12 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/net/html"
 
+	"github.com/ackflow/ackflow/internal/testbuf"
 	"github.com/ackflow/ackflow/ui/uitest"
 )
 
 // output is a command's stdout or stderr, read while it runs.
-type output struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
+type output struct{ testbuf.Buffer }
 
 // await polls out until re matches, and returns the first group.
 func (o *output) await(t *testing.T, re *regexp.Regexp, d time.Duration, done <-chan error) string {

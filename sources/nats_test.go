@@ -1,7 +1,6 @@
 package sources_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/ackflow/ackflow/embednats"
 	"github.com/ackflow/ackflow/flowtest"
+	"github.com/ackflow/ackflow/internal/testbuf"
 	"github.com/ackflow/ackflow/sources"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
@@ -78,31 +78,12 @@ func publishN(t *testing.T, nc *nats.Conn, subject string, from, n int) {
 	}
 }
 
-// syncBuffer is a log destination the subscription goroutine and the test
-// may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 func TestNATSDropsAndLogsWhenTheBufferIsFull(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	srv, nc := startNATS(t)
 	defer srv.Shutdown()
 	defer nc.Close()
-	var logs syncBuffer
+	var logs testbuf.Buffer
 	tc := taskContext(1, 2, "at-most-once")
 	tc.Logger = zerolog.New(&logs)
 	var out collector

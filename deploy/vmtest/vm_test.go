@@ -25,6 +25,7 @@ import (
 
 	"github.com/ackflow/ackflow/cli"
 	"github.com/ackflow/ackflow/cluster"
+	"github.com/ackflow/ackflow/internal/testbuf"
 	"github.com/ackflow/ackflow/sources"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/nats-io/nats.go"
@@ -445,7 +446,7 @@ func (o *operatorCLI) state(topo, want string) error {
 type workerProc struct {
 	name   string
 	args   []string
-	out    *syncBuffer
+	out    *testbuf.Buffer
 	done   chan error // nil once received
 	cancel context.CancelFunc
 }
@@ -463,7 +464,7 @@ func (w *workerProc) stop(t *testing.T) {
 func startWorker(t *testing.T, topos cli.Topologies, name string, args []string) *workerProc {
 	t.Helper()
 	root := cli.NewRoot(topos)
-	w := &workerProc{name: name, args: args, out: &syncBuffer{}, done: make(chan error, 1)}
+	w := &workerProc{name: name, args: args, out: &testbuf.Buffer{}, done: make(chan error, 1)}
 	root.SetOut(w.out)
 	root.SetErr(w.out)
 	root.SetArgs(args)
@@ -631,25 +632,6 @@ func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a command writes to while the test
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // tail returns the last n lines of s.
