@@ -62,19 +62,19 @@ func TestRunServesMetricsUntilItEnds(t *testing.T) {
 	}
 }
 
-// TestRunAsAnInProcessCluster: run --in-process-cluster runs the job
-// under cluster mode's control plane, crashes a node as the chaos says,
-// and still counts every word of the generator exactly.
-func TestRunAsAnInProcessCluster(t *testing.T) {
+// TestRunSurvivesNodeCrashes: run crashes a node of its in-process
+// cluster as the chaos says, and still counts every word of the
+// generator exactly.
+func TestRunSurvivesNodeCrashes(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	out, errOut, err := runRoot("run", "wordcount", "--in-process-cluster", "--workers", "3", "--random-lines", "20000", "--rate", "10000",
+	out, errOut, err := runRoot("run", "wordcount", "--workers", "3", "--random-lines", "20000", "--rate", "10000",
 		"--chaos", "crash-every=500ms,seed=4", "--quiet", "--log-level", "error")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
 	for _, want := range []string{"0 occurrences missing, 0 counted more than once", "3 workers"} {
 		if !strings.Contains(out, want) {
-			t.Fatalf("run --in-process-cluster does not say %q:\n%s", want, out)
+			t.Fatalf("run does not say %q:\n%s", want, out)
 		}
 	}
 	if m := regexp.MustCompile(`(\d+) worker crashes`).FindStringSubmatch(out); m == nil || m[1] == "0" {

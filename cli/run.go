@@ -35,7 +35,7 @@ type runFlags struct {
 	events                                                       int
 	linger, timeout, checkpointEvery, window                     time.Duration
 	rate                                                         float64
-	quiet, dedup, resume, inProcessCluster                       bool
+	quiet, dedup, resume                                         bool
 
 	// --ui: the status page, and how long it stays after the run.
 	uiAddr string
@@ -48,9 +48,12 @@ func newRunCmd() *cobra.Command {
 		Use:   "run JOB",
 		Short: "Run a bundled topology in local mode (JOB: wordcount or pageviews)",
 		Long: `run executes a bundled topology in local mode: an embedded NATS server and
---workers logical workers in this process, each with its own NATS
-connection, so records really cross NATS. The run ends when the input is
-exhausted and everything in flight is processed, then prints a summary.`,
+--workers worker nodes in this process, each with its own NATS
+connection, so records really cross NATS. The nodes run cluster mode's
+control plane over an in-memory cluster: they elect a leader, which places
+the tasks, fails them over when --chaos crashes a node, and ends the run.
+The run ends when the input is exhausted and everything in flight is
+processed, then prints a summary.`,
 		Example: `  ackflow run wordcount
   ackflow run wordcount --input big.txt --output counts.tsv --workers 3
   ackflow run wordcount --parallelism lines=2,split=4,count=2 --guarantee at-least-once
@@ -95,7 +98,6 @@ exhausted and everything in flight is processed, then prints a summary.`,
 	fl.DurationVar(&f.checkpointEvery, "checkpoint-every", 0, "take a checkpoint this often (default: 1s with exactly-once, none otherwise)")
 	fl.StringVar(&f.checkpointDir, "checkpoint-dir", "", "keep checkpoints in this directory, so that --resume can continue a stopped run (default: in memory)")
 	fl.BoolVar(&f.resume, "resume", false, "start from the latest checkpoint in --checkpoint-dir")
-	fl.BoolVar(&f.inProcessCluster, "in-process-cluster", false, "run under cluster mode's control plane: the --workers are nodes in this process that elect a leader, which places the tasks, fails them over when --chaos crashes a node, and ends the run")
 	return cmd
 }
 
@@ -166,7 +168,6 @@ func runtimeConfig(name string, f runFlags) (workers.Config, *deadletter.File, e
 		return cfg, nil, err
 	}
 	cfg.Workers = f.workers
-	cfg.InProcessCluster = f.inProcessCluster
 	cfg.NoDedup = !f.dedup
 	cfg.MaxAttempts = f.maxAttempts
 	cfg.CheckpointEvery, cfg.Resume = f.checkpointEvery, f.resume
@@ -447,7 +448,7 @@ func printSummary(w io.Writer, s *workers.Summary) {
 		for i, d := range s.Recoveries {
 			parts[i] = d.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "recovery after each crash (until every tree in flight completed): %s\n", strings.Join(parts, ", "))
+		fmt.Fprintf(w, "recovery after each crash (until every tree its failovers replayed completed): %s\n", strings.Join(parts, ", "))
 	}
 	if s.Unaccounted > 0 {
 		fmt.Fprintf(w, "%d records were sent but never processed (lost in transit or in a crashed worker", s.Unaccounted)

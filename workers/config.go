@@ -55,7 +55,8 @@ func ParseGuarantee(s string) (Guarantee, error) {
 // Config tunes a run. Start from DefaultConfig.
 type Config struct {
 	Guarantee Guarantee
-	// Workers is the number of logical workers (each its own NATS connection).
+	// Workers is the number of worker nodes of a local run (each its own
+	// NATS connection).
 	Workers int
 	// Parallelism overrides components' parallelism by name.
 	Parallelism map[string]int
@@ -74,7 +75,9 @@ type Config struct {
 	MaxPendingBytes int64
 	// MessageTimeout fails a tree that has not completed in this long.
 	MessageTimeout time.Duration
-	// HeartbeatEvery and DeadAfter drive failure detection of workers.
+	// HeartbeatEvery and DeadAfter drive failure detection of a local
+	// run's nodes (their membership entries; cluster mode's are
+	// NodeConfig.Members).
 	HeartbeatEvery time.Duration
 	DeadAfter      time.Duration
 	// NoDedup turns off duplicate suppression in stateful bolts, which is
@@ -154,14 +157,6 @@ type Config struct {
 	// View, if set, shows a local run's workers and tasks while it runs
 	// (the status page of ackflow run --ui); cluster mode ignores it.
 	View *LocalView
-	// InProcessCluster runs a local run under cluster mode's control
-	// plane: Workers worker nodes in this process, coordinating in memory,
-	// elect a leader that places the tasks, moves or restores them when a
-	// node dies (crash chaos crashes nodes and starts them again) and ends
-	// the run, as in a cluster of worker processes (docs/design-notes.md,
-	// "Local mode as an in-process cluster"). Not yet with View or
-	// Metrics.
-	InProcessCluster bool
 	// Progress, if set, is called about every ProgressEvery with live figures.
 	Progress      func(Progress)
 	ProgressEvery time.Duration
@@ -172,6 +167,9 @@ type Config struct {
 	// figures, in the nodes of an in-process cluster, collects what their
 	// members and leaders did, for the run's summary.
 	figures *figures
+	// inCluster, if set, is given a local run's in-process cluster once
+	// its nodes have joined (tests reach the nodes through it).
+	inCluster func(*inCluster)
 }
 
 // DefaultConfig is what `ackflow run` uses without flags.

@@ -362,28 +362,9 @@ func (c *coordinator) wait(ctx context.Context, e uint64, phase string, want []i
 	}
 }
 
-// stop makes a checkpoint in progress give up and blocks further ones
-// until the returned function is called (a rollback).
-func (c *coordinator) stop() (restart func(committed uint64)) {
-	c.halted.Store(true)
-	select {
-	case c.interrupt <- struct{}{}:
-	default:
-	}
-	c.mu.Lock()
-	return func(committed uint64) {
-		c.committed.Store(committed)
-		c.halted.Store(false)
-		c.mu.Unlock()
-	}
-}
-
 // latest is the latest complete epoch. It does not wait for a checkpoint
 // in progress.
 func (c *coordinator) latest() uint64 { return c.committed.Load() }
-
-// latestLocked is latest for a caller that holds mu (after stop).
-func (c *coordinator) latestLocked() uint64 { return c.committed.Load() }
 
 // CheckpointSummary is what checkpoints did in a run.
 type CheckpointSummary struct {

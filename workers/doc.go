@@ -8,6 +8,7 @@
 // N logical workers, each with its own NATS connection, so records really
 // cross NATS. A bounded run (spouts that return topology.ErrExhausted) ends
 // when every spout is exhausted and everything in flight is processed.
+// Local mode is cluster mode in one process, not a second runtime (below).
 //
 // RunNode runs a worker process of a cluster (DESIGN.md section 7): it joins
 // the membership in JetStream KV (package cluster), runs its tasks of the
@@ -22,12 +23,11 @@
 // NodeConfig.Memory runs the nodes of one process over an in-memory
 // cluster (cluster.MemoryCluster) instead of the KV buckets.
 //
-// With Config.InProcessCluster, RunLocal runs a local run on that control
-// plane (incluster.go): Config.Workers nodes in the process, local mode's
-// placement (NodeConfig.Place), crash chaos as a node that dies and comes
-// back under its name, and a summary built from the figures of every
-// member of every generation (figures.go). Otherwise a supervisor places
-// the tasks on fixed slots and restarts a crashed slot in place.
+// RunLocal runs on that control plane (incluster.go): Config.Workers nodes
+// in the process over an in-memory cluster, local mode's placement
+// (NodeConfig.Place), crash chaos as a node that dies and comes back under
+// its name, and a summary built from the figures of every member of every
+// generation and of every leader (figures.go).
 //
 // Nothing is dropped without a trace (DESIGN.md 6b). Emits are checked and
 // their values normalised (topology.Values); a refused emit returns an error

@@ -71,8 +71,15 @@ func (ff *frameFilter) admit(f *wire.Frame, strict bool) bool {
 	switch {
 	case f.Epoch < w.epoch:
 		return false
+	case f.Epoch > w.epoch && f.Seq == 0:
+		// An unsequenced frame (a link frame) says nothing of where the
+		// sender's sequence stands; taken for a sender at 0, it made a
+		// restarted receiver ask for every frame the sender still kept,
+		// all of them for the incarnation that died. The high-water mark
+		// it carries, or the first sequenced frame, starts the epoch.
+		return true
 	case f.Epoch > w.epoch:
-		ff.newEpoch(w, f.Src, f.Epoch, f.Seq-min(f.Seq, 1))
+		ff.newEpoch(w, f.Src, f.Epoch, f.Seq-1)
 	}
 	s := f.Seq
 	if s == 0 {

@@ -263,6 +263,29 @@ func sortNacks(ns []nack) []nack {
 // worker restarts; a sender of a later incarnation than the receiver knew
 // at its start started after it, so its first frames were meant for this
 // receiver and a lost one is asked for.
+// TestRestartedReceiverHearingALinkFrameFirst: a link frame (no sequence
+// number) that comes before any data frame from a sender that kept
+// running starts nothing; its high-water mark then says where the sender
+// stands, and nothing below it is asked for. (A restarted receiver asked
+// for the sender's whole resend buffer: about 2,000 frames per sender
+// and move under crash chaos.)
+func TestRestartedReceiverHearingALinkFrameFirst(t *testing.T) {
+	ff := newFrameFilter(2, 2, true, func(int32) uint64 { return 1 })
+	link := &wire.Frame{Src: 0, Epoch: 1, Links: []wire.LinkMsg{{Type: wire.LinkHWM, Epoch: 1, Seq: 2000}}}
+	if !ff.admit(link, false) {
+		t.Fatal("a link frame was refused")
+	}
+	ff.hwm(0, 1, 2000)
+	ff.admit(&wire.Frame{Src: 0, Epoch: 1, Seq: 2002}, false) // 2001 missing
+	var msgs []wire.LinkMsg
+	for _, at := range []int64{0, 1} {
+		ff.check(time.Unix(at, 0), lossConfig{maxNacks: 1}, func(_ int32, m []wire.LinkMsg) { msgs = append(msgs, m...) })
+	}
+	if len(msgs) != 1 || msgs[0].Seq != 2001 || msgs[0].Count != 1 {
+		t.Fatalf("NACKs %+v, want frame 2001 only", msgs)
+	}
+}
+
 func TestRestartedReceiverAsksNewSendersForEverything(t *testing.T) {
 	ff := newFrameFilter(2, 2, true, func(int32) uint64 { return 1 })
 	ff.admit(&wire.Frame{Src: 1, Epoch: 2, Seq: 5}, false)

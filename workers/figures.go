@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// figures collects what the member runs and the leaders of an in-process
-// cluster (Config.InProcessCluster) did, across every generation and
-// every node, so that the run ends with one Summary as local mode's
-// does. A member's figures are taken when it ends (its tasks have
-// stopped, so they are final); until then they are read live, for
-// Progress. The nodes' runtime configuration carries it to every member
-// and leader they start; a worker process of a real cluster has none.
+// figures collects what the member runs and the leaders of a local run's
+// in-process cluster did, across every generation and every node, so
+// that the run ends with one Summary. A member's figures are taken when
+// it ends (its tasks have stopped, so they are final); until then they
+// are read live, for Progress. The nodes' runtime configuration carries
+// it to every member and leader they start; a worker process of a real
+// cluster has none.
 type figures struct {
 	mu      sync.Mutex
 	live    map[*Member]bool
@@ -25,7 +25,7 @@ type figures struct {
 	// failovers the leaders timed, from noticing the loss until the lost
 	// tasks ran again.
 	rollbacks  int
-	recoveries []time.Duration
+	recoveries []span
 }
 
 func newFigures() *figures {
@@ -37,7 +37,7 @@ type partial struct {
 	gen  uint64
 	sum  *Summary              // no dead letters, duration or rate
 	lat  map[string]*histogram // complete latency by spout
-	rec  map[int64]time.Duration
+	rec  map[int64]span
 	plan *plan
 	// inFlight is what its tasks sent less what they processed or dropped
 	// (from any member): negative for a member that mostly receives.
@@ -53,6 +53,8 @@ type ckptPart struct {
 	sum     CheckpointSummary
 	pauses  []time.Duration
 	restore uint64
+	// badFrames are the checkpoint replies that did not decode.
+	badFrames int64
 }
 
 func (f *figures) joined(m *Member) {
@@ -96,7 +98,8 @@ func (f *figures) unled(l *Leader) {
 	if l.coord == nil {
 		return
 	}
-	f.ckpts = append(f.ckpts, ckptPart{gen: l.g.Number, sum: l.Checkpoints(), pauses: l.coord.pauseList(), restore: l.g.RestoreFrom})
+	f.ckpts = append(f.ckpts, ckptPart{gen: l.g.Number, sum: l.Checkpoints(), pauses: l.coord.pauseList(), restore: l.g.RestoreFrom,
+		badFrames: l.r.tc.badFrames.Load()})
 }
 
 func (f *figures) rolledBack() {
@@ -105,9 +108,9 @@ func (f *figures) rolledBack() {
 	f.mu.Unlock()
 }
 
-func (f *figures) recovered(d time.Duration) {
+func (f *figures) recovered(s span) {
 	f.mu.Lock()
-	f.recoveries = append(f.recoveries, d)
+	f.recoveries = append(f.recoveries, s)
 	f.mu.Unlock()
 }
 
@@ -178,10 +181,10 @@ func (f *figures) components() []ComponentStatus {
 // summary merges every member's and leader's figures; the caller sets
 // the duration, the crashes and the dead letters. The records
 // unaccounted for are the records sent less those processed or dropped,
-// over every member, as local mode counts them over every incarnation of
-// its workers (those sent to a member that crashed included); the output
-// log entries still held are the last generation's.
-func (f *figures) summary() *Summary {
+// over every member (those sent to a member that crashed included); the
+// output log entries still held are the last generation's. Recoveries
+// are per crash (crashes, in order; recoveriesOf).
+func (f *figures) summary(crashes []time.Time) *Summary {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := &Summary{}
@@ -203,7 +206,7 @@ func (f *figures) summary() *Summary {
 		comps[c.Name] = &ComponentSummary{Name: c.Name, Spout: c.IsSpout(), Tasks: len(last.plan.compTasks[c.Name])}
 		lats[c.Name] = &histogram{}
 	}
-	recoveries := map[int64]time.Duration{}
+	failovers := map[int64]span{}
 	var inFlight int64
 	for _, p := range f.parts {
 		s.addCounts(p.sum)
@@ -221,8 +224,10 @@ func (f *figures) summary() *Summary {
 				dst.add(h)
 			}
 		}
-		for id, d := range p.rec {
-			recoveries[id] = max(recoveries[id], d)
+		for id, sp := range p.rec {
+			if old, ok := failovers[id]; !ok || sp.done.After(old.done) {
+				failovers[id] = sp
+			}
 		}
 	}
 	s.Unaccounted = max(0, inFlight)
@@ -237,13 +242,38 @@ func (f *figures) summary() *Summary {
 		s.DeadLettered += c.DeadLettered
 		s.Components = append(s.Components, *c)
 	}
-	for _, id := range slices.Sorted(maps.Keys(recoveries)) {
-		s.Recoveries = append(s.Recoveries, recoveries[id])
-	}
-	s.Recoveries = append(s.Recoveries, f.recoveries...)
+	s.Recoveries = recoveriesOf(crashes, append(slices.Collect(maps.Values(failovers)), f.recoveries...))
 	s.Checkpoints = f.checkpoints()
 	s.Checkpoints.Rollbacks = f.rollbacks
+	for _, c := range f.ckpts {
+		s.BadFrames += c.badFrames
+	}
 	return s
+}
+
+// recoveriesOf returns, for each crash, the time from the crash until
+// the last failover it caused was over: the failovers that began (their
+// death noticed, or a slot moved) after it and before the next crash. A
+// crash takes the node's slots away and gives them back once it returns,
+// and each move fails and replays every tree in flight, so both count. A
+// crash with no failover over when the run ended has none.
+func recoveriesOf(crashes []time.Time, failovers []span) []time.Duration {
+	var out []time.Duration
+	for i, at := range crashes {
+		var done time.Time
+		for _, f := range failovers {
+			if f.at.Before(at) || (i+1 < len(crashes) && !f.at.Before(crashes[i+1])) {
+				continue
+			}
+			if f.done.After(done) {
+				done = f.done
+			}
+		}
+		if !done.IsZero() {
+			out = append(out, done.Sub(at))
+		}
+	}
+	return out
 }
 
 // checkpoints merges the leaders' checkpoint figures.

@@ -131,7 +131,7 @@ func (l *leading) probe(out chan<- map[string]bool) {
 		}
 		gone := map[string]bool{}
 		for _, name := range *names {
-			_, err := nc.Request(presenceSubject(name), nil, 150*time.Millisecond)
+			_, err := nc.Request(l.r.n.presenceSubject(name), nil, 150*time.Millisecond)
 			switch {
 			case errors.Is(err, nats.ErrNoResponders):
 				misses[name]++
@@ -407,16 +407,15 @@ func (l *leading) place(tasks []TaskRef, ids []int, names []string) map[int]stri
 }
 
 // move gives the slots of gen's dead owners to live workers within the
-// running generation when the recovery policy both modes share
-// (rollsBack) does not roll back: every task of those slots is stateless
+// running generation when the recovery policy (rollsBack) does not roll
+// back: every task of those slots is stateless
 // (no spout, keyed or Stateful bolt, or transactional sink) and the
 // guarantee is not exactly-once; and the generation has begun (begun),
 // under this leader, with the submitted parallelism. The other tasks keep
 // running with their state; the spouts replay the trees in flight when
-// the slot's new owner announces itself, as in local mode after a
-// worker's death (DESIGN.md section 4). Without checkpoints the policy
-// moves every slot, stateful tasks included, which start without their
-// state. It returns the amended generation, the dead owners and the
+// the slot's new owner announces itself (DESIGN.md section 4). Without
+// checkpoints the policy moves every slot, stateful tasks included, which
+// start without their state. It returns the amended generation, the dead owners and the
 // stateful tasks moved (by TaskRef.Key).
 func (l *leading) move(gen cluster.Generation, tasks []TaskRef, cfg Config, par map[string]int, names []string, begun bool, now time.Time) (next cluster.Generation, dead, fresh []string, ok bool) {
 	if l.lg == nil || l.lg.g.Number != gen.Number || !begun || !maps.Equal(gen.Parallelism, par) || len(tasks) != len(gen.Assignment) {
@@ -526,7 +525,7 @@ func (l *leading) noteRecovery() {
 	if began, ok := l.recovering.beganAt(); ok {
 		l.r.recovery.Store(int64(began.Sub(l.lostAt)))
 		if f := l.r.n.cfg.Runtime.figures; f != nil {
-			f.recovered(began.Sub(l.lostAt))
+			f.recovered(span{at: l.lostAt, done: began})
 		}
 		l.recovering = nil
 	}
@@ -756,7 +755,7 @@ func (l *leading) checkFinished(spec cluster.Spec, rev uint64, gen cluster.Gener
 // records (at-most-once tracks no trees, and an at-least-once tree may
 // be done while a record it sent is still queued). Records lost with a
 // dead worker never arrive: it waits for them only until the count has
-// not moved for unprocessedQuiet, as local mode does.
+// not moved for unprocessedQuiet.
 func (l *leading) drained(gen cluster.Generation, reports []Report) bool {
 	var sum int64
 	for _, rep := range reports {
@@ -843,4 +842,17 @@ func missing(want, have []string) []string {
 		}
 	}
 	return out
+}
+
+// rollsBack is the recovery policy for a worker slot that died: roll
+// every task back to the latest checkpoint, or give the slot a new owner
+// (another worker) and replay only the trees in flight. A slot with state
+// (a spout, a keyed or Stateful bolt, a transactional sink) rolls back
+// when there are checkpoints to restore; without them its state is lost
+// either way. In exactly-once any death rolls back, not
+// only one that held state: replays after a death come out of the
+// sources' order, which event-time logic cannot always absorb, while a
+// rollback replays in order.
+func rollsBack(g Guarantee, checkpoints, stateless bool) bool {
+	return checkpoints && (g == ExactlyOnce || !stateless)
 }

@@ -55,7 +55,7 @@ func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	}
 	r := newRun(topo, p, cfg)
 	r.gen, r.leaseErr = g.Number, lease
-	r.store, r.restoredAt = cfg.Checkpoints, g.RestoreFrom
+	r.store = cfg.Checkpoints
 	nc, err := nats.Connect(r.url, r.natsOptions(nats.Name(fmt.Sprintf("ackflow %s leader of generation %d", topo.Name, g.Number)),
 		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
 	if err != nil {

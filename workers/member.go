@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/ackflow/ackflow/checkpoint"
+	"github.com/ackflow/ackflow/deadletter"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Cluster mode, the runtime's side (DESIGN.md section 7). Package cluster
@@ -183,9 +185,9 @@ func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	r := newRun(topo, p, cfg)
 	if cfg.Metrics == nil && cfg.figures == nil {
 		// The status reports show the bolts' capacity and the latencies
-		// (ackflow ui), which need the tasks timed. An in-process
-		// cluster's nodes report to no one but their leader, which reads
-		// neither; as in local mode, only metrics time them.
+		// (ackflow ui), which need the tasks timed. A local run's nodes
+		// report to no one but their leader, which reads neither: there
+		// only metrics time them.
 		r.timeTasks()
 	}
 	r.gen, r.leaseErr = g.Number, lease
@@ -254,8 +256,7 @@ func JoinGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 
 // announceMove tells the other slots, once this one has subscribed, that
 // the slot has a new owner: they fence the previous owner's records, and
-// their spouts replay the trees in flight at once, as after a death in
-// local mode. Were the notice lost, the records would still be fenced
+// their spouts replay the trees in flight at once. Were the notice lost, the records would still be fenced
 // (the runners see the amended generation) and the trees replayed when
 // they time out.
 func (m *Member) announceMove() {
@@ -290,7 +291,7 @@ func (r *run) restoreEpoch(ctx context.Context, epoch uint64) error {
 	if err := r.plan.checkRescale(rest.Manifest); err != nil {
 		return err
 	}
-	r.restore, r.restoredAt = rest, epoch
+	r.restore = rest
 	return nil
 }
 
@@ -471,4 +472,25 @@ func (m *Member) Status() MemberStatus {
 	}
 	st.Components, st.Transport = r.componentStatus(hosted), r.transportStatus()
 	return st
+}
+
+// openDeadLetterStream makes the run's dead letters a JetStream stream on
+// its server, and returns what closes it.
+func (r *run) openDeadLetterStream(ctx context.Context) (func(), error) {
+	nc, err := nats.Connect(r.url, r.natsOptions(nats.Name("ackflow "+r.plan.topo.Name+" dead letters"))...)
+	if err != nil {
+		return nil, fmt.Errorf("workers: dead letters: cannot connect to NATS at %s: %w", r.url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		r.deadLetters, err = deadletter.NewJetStream(ctx, js, r.plan.topo.Name)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("workers: dead letters need JetStream on the NATS server (or drop DeadLetterStream): %w", err)
+	}
+	return func() {
+		r.deadLetters.Close()
+		nc.Close()
+	}, nil
 }

@@ -148,16 +148,9 @@ func (m *runMetrics) writeWorker(w *metrics.Writer, topo string) {
 	put(metrics.NATSBytesIn, tc.natsBytesIn.Load())
 	put(metrics.NATSReconnects, tc.reconnects.Load())
 	put(metrics.SlowConsumers, tc.slowConsumers.Load())
-	if d, ok := m.r.recov.last(); ok {
-		w.Add(metrics.Recovery, d.Seconds(), topo)
-	}
-	if m.r.cfg.assign == nil {
-		// Local mode keeps no generations in a KV bucket: none can be
-		// invalid, and its slots restart in place rather than move. In
-		// cluster mode the topology's leader writes both.
-		w.Add(metrics.InvalidEntries, 0, topo)
-		w.Add(metrics.SlotMoves, 0, topo)
-	}
+	// The recovery gauge is the leader's (runner.go): a member's spouts
+	// time the same failover from their side (Summary.Recoveries), and
+	// two figures of one failover in one process would add up.
 }
 
 // writeMetrics writes the checkpoint families.

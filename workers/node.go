@@ -58,6 +58,14 @@ type NodeConfig struct {
 	// Runtime.Checkpoints store shared by the workers is their checkpoint
 	// store, as the object store bucket of each topology is otherwise.
 	Memory *cluster.MemoryCluster
+
+	// named is the topology Runtime.Logger already names (a local run's
+	// nodes, whose every line names the run's topology): its runner does
+	// not name it again, which would write the key twice.
+	named string
+	// opened, if set, is given the worker's coordination handles once
+	// they are bound (a local run's tests pause a node's heartbeats).
+	opened func(cluster.Coordination)
 }
 
 // SpecConfig turns a submission into the runtime configuration of its
@@ -157,7 +165,7 @@ func RunNode(ctx context.Context, cfg NodeConfig) error {
 	// under it is a dead process's, and an answer here would make the
 	// leaders take that one for alive (and give it tasks).
 	if err := n.answerPresence(); err != nil {
-		return fmt.Errorf("workers: cannot subscribe to %s: %w", presenceSubject(n.cfg.Name), err)
+		return fmt.Errorf("workers: cannot subscribe to %s: %w", n.presenceSubject(n.cfg.Name), err)
 	}
 	n.log.Info().Strs("topologies", slices.Sorted(maps.Keys(cfg.Topologies))).Msg("joined the cluster")
 	err = n.watchRegistry(ctx)
@@ -201,6 +209,9 @@ func (n *Node) open(ctx context.Context) error {
 		return err
 	}
 	n.members, n.registry, n.gens, n.elector, n.statuses = c.Members, c.Registry, c.Generations, c.Elector, c.Statuses
+	if n.cfg.opened != nil {
+		n.cfg.opened(c)
+	}
 	return nil
 }
 
@@ -362,12 +373,20 @@ func (n *Node) checkpointStore(ctx context.Context, topo string) (checkpoint.Sto
 // subscription at once, so a request there gets "no responders": a
 // leader learns of a killed worker in a fraction of a second instead of
 // when its membership entry expires. A paused worker still holds its
-// subscription; only the expiry of its entry tells of it.
-func presenceSubject(member string) string { return "ackflow.presence." + member }
+// subscription; only the expiry of its entry tells of it. The workers of
+// an in-memory cluster (a local run: worker-0, worker-1...) answer under
+// its ID, so that another local run on the same server does not answer
+// for them.
+func (n *Node) presenceSubject(member string) string {
+	if n.cfg.Memory != nil {
+		return "ackflow.presence." + n.cfg.Memory.ID() + "." + member
+	}
+	return "ackflow.presence." + member
+}
 
 // answerPresence subscribes the worker's presence subject.
 func (n *Node) answerPresence() error {
-	_, err := n.nc.Subscribe(presenceSubject(n.cfg.Name), func(m *nats.Msg) { m.Respond(nil) })
+	_, err := n.nc.Subscribe(n.presenceSubject(n.cfg.Name), func(m *nats.Msg) { m.Respond(nil) })
 	if err == nil {
 		err = n.nc.Flush()
 	}

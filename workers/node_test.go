@@ -44,6 +44,9 @@ type nodes struct {
 	// place, if set, is the placement policy of the nodes started after
 	// it is set (NodeConfig.Place).
 	place func(tasks []workers.TaskRef, workers []string) map[int]string
+	// logs holds the nodes' logs (info and above), printed when the test
+	// fails.
+	logs logBuffer
 	// memory, if set, is the cluster the nodes coordinate through, with
 	// the checkpoint store and dead letters they share.
 	memory      *cluster.MemoryCluster
@@ -103,6 +106,7 @@ func startNodesOn(t *testing.T, c coordination, name string, build func(map[stri
 	}
 	t.Cleanup(n.nc.Close)
 	t.Cleanup(n.stopAll)
+	t.Cleanup(n.printLogsIfFailed)
 	if c == inMemory {
 		if n.memory, err = cluster.NewMemoryCluster(nodeTiming); err != nil {
 			t.Fatal(err)
@@ -133,7 +137,7 @@ func (n *nodes) start(member string) { n.startWith(member, nil) }
 func (n *nodes) startWith(member string, reg *metrics.Registry) {
 	ctx, cancel := context.WithCancel(context.Background())
 	rt := workers.DefaultConfig()
-	rt.Logger = zerolog.Nop()
+	rt.Logger = zerolog.New(&n.logs).Level(zerolog.InfoLevel).With().Timestamp().Str("node", member).Logger()
 	rt.Metrics = reg
 	if n.memory != nil {
 		rt.Checkpoints, rt.DeadLetters = n.checkpoints, n.deadLetters
@@ -177,6 +181,21 @@ func (n *nodes) stop(member string) {
 		n.t.Errorf("node %s: %v", member, err)
 	}
 	delete(n.cancel, member)
+}
+
+// printLogsIfFailed prints the last lines the nodes logged, when the test
+// failed: the leaders' decisions explain most failures of these tests.
+func (n *nodes) printLogsIfFailed() {
+	if !n.t.Failed() {
+		return
+	}
+	lines := n.logs.lines()
+	const most = 150
+	if len(lines) > most {
+		n.t.Logf("the nodes' last %d of %d log lines:", most, len(lines))
+		lines = lines[len(lines)-most:]
+	}
+	n.t.Log(strings.Join(lines, "\n"))
 }
 
 func (n *nodes) stopAll() {
@@ -406,4 +425,42 @@ func TestWorkerWithAnotherBuildGetsNoTasks(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	expectCounted(t, result, count)
+}
+
+// TestInMemoryWorkersAnswerPresenceUnderTheirCluster runs a worker of an
+// in-memory cluster (a local run's control plane) and probes its
+// presence: under its own cluster's ID it answers; under another
+// in-memory cluster's, where a local run of another topology on the same
+// server has a worker of the same name, it does not, so that run's
+// leader would notice at once that its own worker died.
+func TestInMemoryWorkersAnswerPresenceUnderTheirCluster(t *testing.T) {
+	verifyNoLeaks(t)
+	n := startNodesOn(t, inMemory, "presence", func(map[string]string) (*topology.Topology, error) {
+		return nil, errors.New("never submitted")
+	})
+	n.startWith("worker-0", nil)
+	n.awaitMembers("worker-0")
+	other, err := cluster.NewMemoryCluster(nodeTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.ID() == n.memory.ID() || len(other.ID()) != 16 {
+		t.Fatalf("in-memory cluster IDs %q and %q", n.memory.ID(), other.ID())
+	}
+	for _, tc := range []struct {
+		subject string
+		answers bool
+	}{
+		{"ackflow.presence." + n.memory.ID() + ".worker-0", true},
+		{"ackflow.presence." + other.ID() + ".worker-0", false},
+		{"ackflow.presence.worker-0", false}, // a cluster on KV buckets
+	} {
+		_, err := n.nc.Request(tc.subject, nil, time.Second)
+		if got := err == nil; got != tc.answers {
+			t.Errorf("a probe on %s: %v; want an answer: %v", tc.subject, err, tc.answers)
+		}
+		if !tc.answers && !errors.Is(err, nats.ErrNoResponders) {
+			t.Errorf("a probe on %s: %v, want no responders", tc.subject, err)
+		}
+	}
 }

@@ -50,6 +50,7 @@ type overloadRun struct {
 	failed  atomic.Int64
 	emitted atomic.Int64
 	lag     atomic.Int64 // offered but never taken, at the end
+	opens   atomic.Int64 // spout instances: a second one starts the offer again
 }
 
 func newOverloadRun(capacity int, dur, window time.Duration) *overloadRun {
@@ -59,6 +60,7 @@ func newOverloadRun(capacity int, dur, window time.Duration) *overloadRun {
 
 func (s *offer) Open(_ topology.TaskContext, out topology.SpoutCollector) error {
 	s.out, s.start = out, time.Now()
+	s.o.opens.Add(1)
 	return nil
 }
 
@@ -194,6 +196,11 @@ func runOverload(t *testing.T, c overloadConfig) (*workers.Summary, *overloadRun
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := o.opens.Load(); n != 1 {
+		// A moved spout starts again from nothing (no checkpoints), so the
+		// tallies below would not mean what they say.
+		t.Fatalf("the spout opened %d times: a slot moved during a run without crashes (the log says why)", n)
+	}
 	emitted := o.emitted.Load()
 	if int(emitted) >= c.capacity {
 		t.Fatalf("the source reached its capacity of %d records; the test is wrong", c.capacity)
@@ -291,11 +298,15 @@ func TestOverloadTwiceCapacityForAMinute(t *testing.T) {
 	// records in flight are the latency times the rate they complete at,
 	// so a window that completes fewer records (the machine busy with
 	// other tests) may take longer per record without any queue growing.
+	// The histogram's buckets double, so a p99 near a bound moves a whole
+	// bucket from window to window (262 ms, 524 ms, 262 ms... in one CI
+	// run): growth is two buckets or more. Records piling up without
+	// backpressure would grow tens of times over the minute.
 	firstRate, lastRate := rate(&o.lat[1], o.window), rate(&o.lat[int(dur/o.window)-1], o.window)
 	if first == 0 || lastRate == 0 {
 		t.Fatalf("no record completed in the first or the last full window: p99 %v at %.0f/s, %v at %.0f/s", first, firstRate, last, lastRate)
 	}
-	if last.Seconds()*lastRate > 2*first.Seconds()*firstRate {
+	if last.Seconds()*lastRate > 4*first.Seconds()*firstRate {
 		t.Fatalf("the records in flight grow under overload: p99 complete latency %v at %.0f records/s in the first full window, %v at %.0f/s in the last", first, firstRate, last, lastRate)
 	}
 	if timeout := workers.DefaultConfig().MessageTimeout; last > timeout/4 {

@@ -52,7 +52,6 @@ type plan struct {
 	assign    []int // task -> worker slot
 	workers   int
 	outs      map[string]map[string]*streamOut // component -> stream -> routes
-	crashable []int                            // worker slots crash chaos may crash
 	stateless []int                            // worker slots that hold no stateful task
 	holders   []int                            // tasks that keep output logs (stateful bolts with dedup)
 }
@@ -97,9 +96,6 @@ func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 			p.ackers = append(p.ackers, id)
 		}
 	}
-	// Before checkpoints a stateful task's state dies with its worker, so
-	// crash chaos keeps those tasks on a worker it never crashes; with
-	// checkpoints any worker may die.
 	if cfg.assign != nil {
 		// Cluster mode: the generation says where every task runs.
 		if len(cfg.assign) != len(p.tasks) {
@@ -111,7 +107,7 @@ func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 			}
 		}
 	}
-	p.place(cfg.Chaos.CrashEvery > 0 && cfg.checkpointEvery() == 0, cfg.assign)
+	p.place(cfg.assign)
 	if cfg.dedupOn() {
 		for _, t := range p.tasks {
 			if t.stateful && t.comp != nil && !t.comp.IsSpout() {
@@ -141,26 +137,16 @@ func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 	return p, nil
 }
 
-// place spreads tasks over worker slots round-robin, or as given (a
-// cluster generation's assignment). When crashes will be
-// injected, spouts and stateful bolts go to slot 0 and everything else to
-// the other slots: before checkpoints exist, a stateful task's state dies
-// with its worker, so a crash test can only target stateless workers.
-func (p *plan) place(protectStateful bool, given []int) {
+// place spreads tasks over worker slots as given (a generation's
+// assignment), or round-robin. (A local run's leader places by
+// inCluster.place, which keeps stateful tasks away from crash chaos.)
+func (p *plan) place(given []int) {
 	p.assign = make([]int, len(p.tasks))
-	next := 0
-	for i, t := range p.tasks {
-		switch {
-		case given != nil:
+	for i := range p.tasks {
+		if given != nil {
 			p.assign[i] = given[i]
-		case protectStateful && t.stateful:
-			p.assign[i] = 0
-		case protectStateful:
-			p.assign[i] = 1 + next%(p.workers-1)
-			next++
-		default:
-			p.assign[i] = next % p.workers
-			next++
+		} else {
+			p.assign[i] = i % p.workers
 		}
 	}
 	for s := 0; s < p.workers; s++ {
@@ -172,13 +158,6 @@ func (p *plan) place(protectStateful bool, given []int) {
 		}
 		if ok {
 			p.stateless = append(p.stateless, s)
-		}
-	}
-	p.crashable = p.stateless
-	if !protectStateful {
-		p.crashable = make([]int, p.workers)
-		for s := range p.crashable {
-			p.crashable[s] = s
 		}
 	}
 }

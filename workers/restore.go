@@ -2,44 +2,11 @@ package workers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/ackflow/ackflow/checkpoint"
 	"github.com/ackflow/ackflow/topology"
 )
-
-// openCheckpoints sets up the checkpoint store and, with Resume, loads the
-// checkpoint to start from.
-func (r *run) openCheckpoints(ctx context.Context) error {
-	if r.cfg.checkpointEvery() == 0 {
-		return nil
-	}
-	r.store = r.cfg.Checkpoints
-	if r.store == nil {
-		r.store = checkpoint.NewMemory()
-	}
-	if !r.cfg.Resume {
-		return nil
-	}
-	rest, err := checkpoint.Latest(ctx, r.store, r.plan.topo.Name, r.plan.fingerprint())
-	switch {
-	case errors.Is(err, checkpoint.ErrNoCheckpoint):
-		r.log.Warn().Str("topology", r.plan.topo.Name).Msg("no checkpoint to resume from; starting from the beginning")
-		return nil
-	case err != nil:
-		return fmt.Errorf("workers: cannot resume %s: %w", r.plan.topo.Name, err)
-	}
-	if err := r.plan.checkRescale(rest.Manifest); err != nil {
-		return err
-	}
-	for _, skipped := range rest.Skipped {
-		r.log.Warn().Err(skipped).Msg("a newer checkpoint was refused")
-	}
-	r.restore, r.restoredAt = rest, rest.Manifest.Epoch
-	r.log.Info().Uint64("epoch", rest.Manifest.Epoch).Msg("resuming from a checkpoint")
-	return nil
-}
 
 // restoreFloor returns the newest checkpoint epoch that a run, or a
 // cluster submission, must never go back to: those of earlier runs of the

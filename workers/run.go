@@ -1,7 +1,6 @@
 package workers
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -14,11 +13,11 @@ import (
 	"github.com/ackflow/ackflow/metrics"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
-// run is the state shared by the workers of one local run.
+// run is the state shared by the tasks of one member of a generation
+// (member.go), or by its leader's checkpoints (leader.go).
 type run struct {
 	cfg  Config
 	plan *plan
@@ -28,31 +27,22 @@ type run struct {
 	// can repeat per record or per frame.
 	warn zerolog.Logger
 	loss lossConfig
-	// deadLetters takes the roots given up on; memLetters is it when the
-	// Config named none.
+	// deadLetters takes the roots given up on (in memory when the Config
+	// named none).
 	deadLetters deadletter.Sink
-	memLetters  *deadletter.Memory
-	js          jetstream.JetStream // with DeadLetterStream
 	// componentTasks is TaskContext.ComponentTasks, shared read-only.
 	componentTasks map[string][]int
 
-	// Checkpoints: the store, the coordinator (nil without checkpoints),
-	// and the checkpoint new tasks restore from (nil: the beginning), which
-	// a rollback replaces while no task is running.
+	// Checkpoints: the store, and the checkpoint new tasks restore from
+	// (nil: the beginning).
 	store       checkpoint.Store
-	ckpt        *coordinator
 	ckptSubject string
 	restoreMu   sync.Mutex
 	restore     *checkpoint.Restore
-	rollbacks   atomic.Int64
-	restoredAt  uint64 // the epoch the run started from
-	// floor is the newest checkpoint epoch of earlier runs (restoreFloor):
-	// a rollback never restores it or one before it.
-	floor    atomic.Uint64
-	counters []*taskCounters // per task; nil for ackers
-	tc       transportCounters
-	chaosCnt chaos.Counters
-	recov    recoveryLog
+	counters    []*taskCounters // per task; nil for ackers
+	tc          transportCounters
+	chaosCnt    chaos.Counters
+	recov       recoveryLog
 
 	subjects   []string // per task
 	ctlSubject string
@@ -66,11 +56,11 @@ type run struct {
 	// queue depths metrics show (nil where the task runs elsewhere).
 	inboxes []atomic.Pointer[task]
 
-	// Cluster mode (member.go): gen is the generation this process runs,
-	// the fencing epoch every frame carries (0 in local mode, where each
-	// worker slot has its own incarnation); leaseErr, if set, says whether
-	// this process may still act for it (its membership has not expired),
-	// checked before anything that leaves a trace outside the run.
+	// gen is the generation this member runs, the high bits of the
+	// fencing epoch every frame carries (member.go, FrameEpoch); leaseErr,
+	// if set, says whether this process may still act for it (its
+	// membership has not expired), checked before anything that leaves a
+	// trace outside the run.
 	gen      uint64
 	leaseErr func() error
 
@@ -149,8 +139,7 @@ func newRun(topo *topology.Topology, p *plan, cfg Config) *run {
 		r.timeTasks()
 	}
 	if r.deadLetters == nil && !cfg.DeadLetterStream {
-		r.memLetters = deadletter.NewMemory()
-		r.deadLetters = r.memLetters
+		r.deadLetters = deadletter.NewMemory()
 	}
 	for i := range p.tasks {
 		r.subjects = append(r.subjects, p.subject(i))
@@ -158,14 +147,8 @@ func newRun(topo *topology.Topology, p *plan, cfg Config) *run {
 	return r
 }
 
-// componentSummary adds up the figures of c's tasks.
-func (r *run) componentSummary(c *topology.Component) ComponentSummary {
-	cs, _ := r.componentFigures(c)
-	return cs
-}
-
-// componentFigures is componentSummary with the histogram of complete
-// latency its percentiles come from.
+// componentFigures adds up the figures of c's tasks, with the histogram
+// of complete latency its percentiles come from.
 func (r *run) componentFigures(c *topology.Component) (ComponentSummary, *histogram) {
 	tasks := r.plan.compTasks[c.Name]
 	cs := ComponentSummary{Name: c.Name, Tasks: len(tasks), Spout: c.IsSpout()}
@@ -211,17 +194,7 @@ func (p *plan) subject(task int) string {
 	return fmt.Sprintf("ackflow.%s.task.%d", p.topo.Name, task)
 }
 
-func (r *run) allExhausted() bool {
-	for i, t := range r.plan.tasks {
-		if t.comp != nil && t.comp.IsSpout() && !r.exhausted[i].Load() {
-			return false
-		}
-	}
-	return true
-}
-
 func (r *run) pendingTrees() int64 { return sum(r.pending) }
-func (r *run) heldFrames() int64   { return sum(r.held) }
 func (r *run) logEntries() int64   { return sum(r.logLen) }
 
 // sum adds up a per-task gauge.
@@ -274,40 +247,24 @@ func (r *run) records() int64 {
 	return n
 }
 
-func (r *run) summary(elapsed time.Duration, crashes int64) *Summary {
-	s := r.counts(elapsed, crashes, nil)
-	switch {
-	case r.memLetters != nil:
-		s.DeadLetters = r.memLetters.Letters()
-	case r.js != nil && s.DeadLettered > 0:
-		s.DeadLetterStream = r.deadLetters.(*deadletter.JetStream).Stream()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		var err error
-		if s.DeadLetters, err = deadletter.ReadJetStream(ctx, r.js, r.plan.topo.Name); err != nil {
-			r.log.Warn().Err(err).Msg("cannot read the dead letters back for the summary")
-		}
-	}
-	return s
-}
-
 // partial is the run's figures for an in-process cluster's summary
 // (figures), taken once its tasks have stopped.
 func (r *run) partial() partial {
 	p := partial{gen: r.gen, lat: map[string]*histogram{}, rec: r.recov.byCrash(), plan: r.plan, comps: r.componentStatus(r.allTasks()), inFlight: r.inFlight()}
-	p.sum = r.counts(0, 0, p.lat)
+	p.sum = r.counts(p.lat)
 	for i := range p.comps {
 		p.comps[i].Pending, p.comps[i].Queue, p.comps[i].Capacity = 0, 0, 0
 	}
 	return p
 }
 
-// counts is the run's summary without its dead letters; lat, if set,
-// gets the histogram of complete latency of every spout.
-func (r *run) counts(elapsed time.Duration, crashes int64, lat map[string]*histogram) *Summary {
+// counts is the run's part of a summary (no dead letters, duration,
+// crashes or recoveries: figures adds those up); lat, if set, gets the
+// histogram of complete latency of every spout.
+func (r *run) counts(lat map[string]*histogram) *Summary {
 	s := &Summary{
 		Topology: r.plan.topo.Name, Guarantee: r.cfg.Guarantee, Workers: r.plan.workers,
-		Placement: r.plan.describe(), Duration: elapsed,
+		Placement:       r.plan.describe(),
 		NATSMessagesOut: r.tc.natsMsgsOut.Load(), NATSBytesOut: r.tc.natsBytesOut.Load(),
 		NATSMessagesIn: r.tc.natsMsgsIn.Load(), NATSBytesIn: r.tc.natsBytesIn.Load(),
 		NATSRecordsOut: r.tc.natsRecordsOut.Load(), LocalRecords: r.tc.localRecords.Load(),
@@ -317,7 +274,7 @@ func (r *run) counts(elapsed time.Duration, crashes int64, lat map[string]*histo
 		PublishErrors: r.tc.publishErrors.Load(), Unaccounted: max(0, r.inFlight()),
 		NACKs: r.tc.nacks.Load(), Resent: r.tc.resent.Load(), ResendMisses: r.tc.resendMisses.Load(), LostFrames: r.tc.lostFrames.Load(),
 		DeadLetterErrors: r.tc.deadLetterErrors.Load(),
-		Crashes:          int(crashes), Recoveries: r.recov.list(), LogEntries: r.logEntries(),
+		LogEntries:       r.logEntries(),
 		Chaos: ChaosSummary{
 			FramesDropped: r.chaosCnt.FramesDropped.Load(), RecordsDropped: r.chaosCnt.RecordsDropped.Load(),
 			FramesDuplicated: r.chaosCnt.FramesDuplicated.Load(), RecordsDuplicated: r.chaosCnt.RecordsDuplicated.Load(),
@@ -336,9 +293,6 @@ func (r *run) counts(elapsed time.Duration, crashes int64, lat map[string]*histo
 		}
 		s.Records += cs.Emitted + cs.Replayed
 		s.Components = append(s.Components, cs)
-	}
-	if elapsed > 0 {
-		s.RecordsPerSec = float64(s.Records) / elapsed.Seconds()
 	}
 	return s
 }

@@ -74,7 +74,11 @@ type runner struct {
 func newRunner(n *Node, name string, build func(map[string]string) (*topology.Topology, error)) *runner {
 	base := n.log.GetLevel()
 	level := NewLevelVar(base)
-	return &runner{n: n, name: name, build: build, log: level.Leveled(n.log.With().Str("topology", name).Logger()), level: level, base: base,
+	log := n.log
+	if n.cfg.named != name {
+		log = log.With().Str("topology", name).Logger()
+	}
+	return &runner{n: n, name: name, build: build, log: level.Leveled(log), level: level, base: base,
 		changed: make(chan struct{}, 1), lead: make(chan struct{}, 1), built: map[uint64]*topology.Topology{}, done: make(chan struct{}),
 		members: map[int]*Member{}, failed: make(chan *Member, 1)}
 }
@@ -244,7 +248,7 @@ func (r *runner) watchLeader(ctx context.Context) {
 		if leader != last {
 			misses, last = 0, leader
 		}
-		_, err = r.n.nc.Request(presenceSubject(leader), nil, 150*time.Millisecond)
+		_, err = r.n.nc.Request(r.n.presenceSubject(leader), nil, 150*time.Millisecond)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			misses = 0
 			continue

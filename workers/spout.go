@@ -450,7 +450,7 @@ func (s *spoutExec) onDead(n deadNotice) {
 		}
 	}
 	if rec.remaining == 0 {
-		s.r.recov.report(n.crash, now.Sub(n.at))
+		s.r.recov.report(n.crash, n.at, now)
 		return
 	}
 	s.recovering[n.crash] = rec
@@ -465,7 +465,7 @@ func (s *spoutExec) recovered(p *pendingRoot, now time.Time) {
 		}
 		if rec.remaining--; rec.remaining == 0 {
 			delete(s.recovering, c)
-			s.r.recov.report(c, now.Sub(rec.at))
+			s.r.recov.report(c, rec.at, now)
 		}
 	}
 	p.crashes = nil

@@ -238,7 +238,12 @@ type Summary struct {
 	Chaos      ChaosSummary
 	Crashes    int
 	CrashTimes []time.Duration // when each crash happened, from the start of the run
-	Recoveries []time.Duration // per crash: until every tree pending at the crash completed
+	// Recoveries are per crash, from the crash until its failovers were
+	// over: every tree in flight when a slot of the crashed node moved
+	// away, or back once the node returned, completed; after a rollback,
+	// the lost tasks ran again from the latest checkpoint. A crash whose
+	// failover was not over when the run ended has none.
+	Recoveries []time.Duration
 }
 
 // ChaosSummary counts what fault injection did.
@@ -270,51 +275,31 @@ type Progress struct {
 	DeadLettered  int64   // source records given up on so far
 }
 
-// recoveryLog collects recovery times reported by spout tasks.
+// recoveryLog collects what spout tasks report of each death notice: when
+// the death was noticed, and when the last tree it failed completed.
 type recoveryLog struct {
-	mu    sync.Mutex
-	byID  map[int64]time.Duration // crash ID -> longest recovery seen
-	order []int64
+	mu   sync.Mutex
+	byID map[int64]span // crash ID -> from the notice's time to the latest completion
 }
 
-func (r *recoveryLog) report(crash int64, d time.Duration) {
+// span is a failover: from the death (or the move) that caused it, at,
+// until what it disturbed runs again, done.
+type span struct{ at, done time.Time }
+
+func (r *recoveryLog) report(crash int64, at, done time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byID == nil {
-		r.byID = map[int64]time.Duration{}
+		r.byID = map[int64]span{}
 	}
-	old, ok := r.byID[crash]
-	if !ok {
-		r.order = append(r.order, crash)
-	}
-	if !ok || d > old {
-		r.byID[crash] = d
+	if old, ok := r.byID[crash]; !ok || done.After(old.done) {
+		r.byID[crash] = span{at: at, done: done}
 	}
 }
 
-func (r *recoveryLog) list() []time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]time.Duration, 0, len(r.order))
-	for _, id := range r.order {
-		out = append(out, r.byID[id])
-	}
-	return out
-}
-
-// byCrash returns the recovery times by crash ID.
-func (r *recoveryLog) byCrash() map[int64]time.Duration {
+// byCrash returns the failovers by crash ID.
+func (r *recoveryLog) byCrash() map[int64]span {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.byID)
-}
-
-// last returns the recovery time of the crash reported last.
-func (r *recoveryLog) last() (time.Duration, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.order) == 0 {
-		return 0, false
-	}
-	return r.byID[r.order[len(r.order)-1]], true
 }

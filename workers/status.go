@@ -262,17 +262,16 @@ type LocalStatus struct {
 	Components []ComponentStatus
 }
 
-// LocalWorker is one worker slot of a local run.
+// LocalWorker is one worker node of a local run.
 type LocalWorker struct {
-	Slot int
-	// Incarnation counts the slot's starts: a worker restarted after a
-	// crash is the next incarnation, and frames from earlier ones are
-	// dropped (the fencing epoch of local mode).
+	Slot int // the node's index: worker-<Slot>
+	// Incarnation counts the node's starts: a node that crash chaos
+	// crashed starts again as the next incarnation.
 	Incarnation uint64
-	// Heartbeat is when its membership entry was last renewed (zero for a
-	// slot between incarnations).
+	// Heartbeat is when it last reported its tasks to the leader (while it
+	// is down, the last report before its crash).
 	Heartbeat time.Time
-	// Crashed says it died and its replacement has not started yet.
+	// Crashed says it died and has not started again yet.
 	Crashed bool
 	Tasks   int
 }
@@ -280,20 +279,9 @@ type LocalWorker struct {
 // LocalTask is one task of a local run and where it runs.
 type LocalTask struct {
 	TaskStatus
-	// Worker is the slot that runs it, Epoch that slot's incarnation.
+	// Worker is the node that runs it, Epoch that node's incarnation.
 	Worker int
 	Epoch  uint64
-}
-
-// attach shows r while it runs. end freezes what the view shows with the
-// run's outcome; call it once the run's metrics are final.
-func (v *LocalView) attach(r *run, sup *supervisor, started time.Time) (end func(state string, err error)) {
-	return v.show(func() LocalStatus {
-		st := LocalStatus{Topology: r.plan.topo.Name, Guarantee: r.cfg.Guarantee, Started: started, State: LocalRunning, Crashes: sup.crashes.Load()}
-		st.Workers, st.Tasks = sup.status()
-		st.Components = r.componentStatus(r.allTasks())
-		return st
-	})
 }
 
 // show shows what live returns while a run goes on; end freezes it with
@@ -315,34 +303,4 @@ func (v *LocalView) show(live func() LocalStatus) (end func(state string, err er
 		v.live, v.status = nil, st
 		v.mu.Unlock()
 	}
-}
-
-// status reports the worker slots and where every task runs.
-func (s *supervisor) status() ([]LocalWorker, []LocalTask) {
-	s.mu.Lock()
-	inc := slices.Clone(s.inc)
-	crashed := make([]bool, len(s.live))
-	for i, w := range s.live {
-		crashed[i] = w == nil || w.crashed.Load()
-	}
-	s.mu.Unlock()
-	r := s.r
-	ws := make([]LocalWorker, len(inc))
-	for slot := range ws {
-		ws[slot] = LocalWorker{Slot: slot, Incarnation: inc[slot], Crashed: crashed[slot]}
-		// Between incarnations and after the run, the membership has no
-		// entry of the slot: the last time it was seen alive stands.
-		if at, ok := s.members.Renewed(memberName(slot, inc[slot])); ok {
-			ws[slot].Heartbeat = at
-		} else if at := s.seen[slot].Load(); at > 0 {
-			ws[slot].Heartbeat = time.Unix(0, at)
-		}
-	}
-	ts := make([]LocalTask, len(r.plan.tasks))
-	for id := range ts {
-		slot := r.plan.assign[id]
-		ts[id] = LocalTask{TaskStatus: r.taskStatus(id, r.inboxes[id].Load()), Worker: slot, Epoch: inc[slot]}
-		ws[slot].Tasks++
-	}
-	return ws, ts
 }

@@ -303,7 +303,8 @@ func (w *Worker) fence(f *wire.Frame) {
 }
 
 // onControl handles the topology's control subject: "bp <slot>",
-// "dead <slot> <incarnation> <crash id> <unix nanos>" and
+// "dead <slot> <incarnation> <crash id> <unix nanos> <generation>" (the
+// slot moved to a new owner in that generation) and
 // "ckpt <op> <epoch> <generation>".
 func (w *Worker) onControl(m *nats.Msg) {
 	fields := strings.Fields(string(m.Data))
@@ -324,20 +325,14 @@ func (w *Worker) onControl(m *nats.Msg) {
 	case "bp":
 		w.lastBP[slot].Store(time.Now().UnixNano())
 	case "dead":
-		// Local mode says "dead <slot> <incarnation> <crash> <at>"; cluster
-		// mode adds the generation whose slot moved.
-		if len(fields) != 5 && len(fields) != 6 {
+		if len(fields) != 6 {
 			w.badControl(m)
 			return
 		}
 		inc, err1 := strconv.ParseUint(fields[2], 10, 64)
 		crash, err2 := strconv.ParseInt(fields[3], 10, 64)
 		at, err3 := strconv.ParseInt(fields[4], 10, 64)
-		var gen uint64
-		var err4 error
-		if len(fields) == 6 {
-			gen, err4 = strconv.ParseUint(fields[5], 10, 64)
-		}
+		gen, err4 := strconv.ParseUint(fields[5], 10, 64)
 		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 			w.badControl(m)
 			return
@@ -401,8 +396,8 @@ func (w *Worker) onCheckpoint(fields []string) {
 	}
 }
 
-// housekeeping sends backpressure signals. (Liveness is the supervisor's
-// membership entry, kept alive while the worker's context lasts.)
+// housekeeping sends backpressure signals. (Liveness is the node's
+// membership entry, which cluster.Members renews.)
 func (w *Worker) housekeeping(ctx context.Context) {
 	r := w.r
 	bp := []byte(fmt.Sprintf("bp %d", w.slot))
@@ -457,13 +452,6 @@ func (w *Worker) crash() {
 	w.crashed.Store(true)
 	w.nc.Close()
 	w.cancel()
-}
-
-// shutdown stops the tasks gracefully (Cleanup and Close run) and closes
-// the connection.
-func (w *Worker) shutdown() {
-	w.stopTasks()
-	w.nc.Close()
 }
 
 // stopTasks stops the worker's tasks gracefully (their Cleanup runs) and
