@@ -99,7 +99,11 @@ func (b *Builder) Spout(name string, factory func() Spout, parallelism int) *Com
 	return c
 }
 
-// Bolt declares a bolt.
+// Bolt declares a bolt with a factory that makes one instance per task.
+// The runtime also calls the factory to look at an instance's type
+// (Stateful, Transactional) when it plans a run or a generation, and drops
+// that instance unprepared: a factory only constructs, and whatever needs
+// opening (files, connections) opens in Prepare.
 func (b *Builder) Bolt(name string, factory func() Bolt, parallelism int) *Component {
 	c := b.add(name, parallelism)
 	c.BoltFn = factory
