@@ -33,9 +33,9 @@ func TestBoltFactoriesRunPerPlanNotPerLeaderRound(t *testing.T) {
 	if sum.Duration < 900*time.Millisecond {
 		t.Fatalf("the run took %v: too short to show calls per leader round", sum.Duration)
 	}
-	// The run's task list, the leader's plan and each node's member's (one
+	// The run's plan, the leader's and each node's member's (one
 	// generation), the leader's list of tasks once per revision of the
-	// submission it decides on, and one instance per task: 9 here.
+	// submission it decides on, and one instance per task: 8 here.
 	// 16 leaves room for a generation more; 200 a second does not.
 	if got := made.Load(); got > 16 {
 		t.Fatalf("the bolt's factory ran %d times in a run of %v with 2 tasks of it", got, sum.Duration.Round(time.Millisecond))

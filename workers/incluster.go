@@ -71,11 +71,8 @@ func (c *inCluster) running(name string) bool {
 // end of the run).
 const inClusterTiming = 5 * time.Millisecond
 
-func runInProcessCluster(ctx context.Context, topo *topology.Topology, cfg Config) (*Summary, error) {
-	refs, err := Tasks(topo, cfg)
-	if err != nil {
-		return nil, err
-	}
+// runInProcessCluster runs topo, whose tasks under cfg are refs.
+func runInProcessCluster(ctx context.Context, topo *topology.Topology, cfg Config, refs []TaskRef) (*Summary, error) {
 	c := &inCluster{topo: topo, cfg: cfg, rt: cfg, fig: newFigures(), refs: refs, nodes: map[string]*inNode{}, starts: map[string]uint64{}, seen: map[string]time.Time{}, nodeErrs: make(chan error, cfg.Workers)}
 	url, shutdown, err := natsFor(cfg)
 	if err != nil {

@@ -24,7 +24,7 @@ func RunLocal(ctx context.Context, topo *topology.Topology, cfg Config) (*Summar
 		}
 	}
 	cfg.Logger = cfg.Logger.With().Str("topology", topo.Name).Logger()
-	return runInProcessCluster(ctx, topo, cfg)
+	return runInProcessCluster(ctx, topo, cfg, p.refs())
 }
 
 // natsFor returns the NATS server a local run uses: cfg.NATSURL, or an

@@ -54,11 +54,16 @@ func Tasks(topo *topology.Topology, cfg Config) ([]TaskRef, error) {
 	if err != nil {
 		return nil, err
 	}
+	return p.refs(), nil
+}
+
+// refs names the plan's tasks, in task ID order.
+func (p *plan) refs() []TaskRef {
 	refs := make([]TaskRef, len(p.tasks))
 	for i, t := range p.tasks {
 		refs[i] = TaskRef{ID: t.id, Component: t.name, Index: t.index, Stateful: t.stateful}
 	}
-	return refs, nil
+	return refs
 }
 
 // Fingerprint names the shape of topo: its components, streams, groupings
