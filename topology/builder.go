@@ -33,6 +33,9 @@ type Component struct {
 	TickEvery   time.Duration
 	// Keyed: the bolt keeps keyed state (TaskContext.State).
 	Keyed bool
+	// InputsReused: the runtime may reuse an input's Tuple once Execute
+	// returned with the input acked or failed (ReuseInputs).
+	InputsReused bool
 }
 
 // Subscription is a bolt's input: a stream of another component and how it
@@ -169,6 +172,23 @@ func (c *Component) KeyedState() *Component {
 		c.b.errs = append(c.b.errs, fmt.Errorf("spout %q cannot keep keyed state; a spout's state is its source position (topology.Positioned)", c.Name))
 	}
 	c.Keyed = true
+	return c
+}
+
+// ReuseInputs lets the runtime reuse a bolt's input Tuple for a later input
+// once Execute has returned with the input acked or failed, as a BasicBolt's
+// always is, instead of allocating a Tuple per record (a third of the bytes
+// word count allocated). It is a promise that the bolt keeps no pointer to
+// an input it has acked or failed, as the Tuple doc asks: a bolt that broke
+// it would later read another record's tuple without any error, which is
+// why it is a choice and not the default (Flink's object reuse is opt-in for
+// the same reason). The input's Values stay the bolt's to keep, and an input
+// acked after Execute returned is never reused while the bolt holds it.
+func (c *Component) ReuseInputs() *Component {
+	if c.IsSpout() {
+		c.b.errs = append(c.b.errs, fmt.Errorf("spout %q has no inputs to reuse; ReuseInputs is for bolts", c.Name))
+	}
+	c.InputsReused = true
 	return c
 }
 

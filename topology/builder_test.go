@@ -42,6 +42,10 @@ func TestBuildValidation(t *testing.T) {
 			b.Bolt("c", bolt, 1).Input("s", LocalOrShuffle())
 			b.Bolt("d", bolt, 2).InputStream("s", "direct", Direct())
 		}, nil},
+		{"inputs reused by a spout", func(b *Builder) {
+			b.Spout("s", spout, 1).Outputs("x").ReuseInputs()
+			b.Bolt("a", bolt, 1).Input("s", Shuffle()).ReuseInputs()
+		}, []string{`spout "s" has no inputs to reuse`}},
 		{"same stream subscribed twice", func(b *Builder) {
 			b.Spout("s", spout, 1).Outputs("x")
 			b.Bolt("a", bolt, 2).Input("s", Shuffle()).Input("s", All())

@@ -23,8 +23,9 @@ type boltExec struct {
 	ticks  int64
 	one    [1]*topology.Tuple
 	panics int
-	inputs [][]input        // by source task: the streams subscribed from it
-	tuples []topology.Tuple // slab the next inputs are carved from
+	inputs [][]input         // by source task: the streams subscribed from it
+	tuples []topology.Tuple  // slab the next inputs are carved from
+	spare  []*topology.Tuple // done inputs, reused for the next ones (Component.ReuseInputs)
 
 	// Output log and dedup filter: only stateful bolts with dedup on.
 	log        *upstreambackup.Log
@@ -208,13 +209,7 @@ func (b *boltExec) process(f *wire.Frame) {
 			continue
 		}
 		src := &plan.tasks[rec.SrcTask]
-		if len(b.tuples) == 0 {
-			// One allocation per tupleSlab records instead of per record; a
-			// bolt that keeps a tuple keeps its slab alive, which is bounded.
-			b.tuples = make([]topology.Tuple, min(len(f.Records)-i, tupleSlab))
-		}
-		t := &b.tuples[0]
-		b.tuples = b.tuples[1:]
+		t := b.newTuple(len(f.Records) - i)
 		// Field by field into the zeroed slab: a composite literal is built
 		// on the stack and copied, and the copy's 16-byte loads of 8-byte
 		// stores stalled on store forwarding (6% of word count's CPU).
@@ -237,6 +232,37 @@ func (b *boltExec) process(f *wire.Frame) {
 		b.cnt.busy.Add(int64(d))
 	}
 	b.r.recycle(f)
+}
+
+// newTuple returns a zeroed tuple for an input, of which more frame
+// records follow: a reused one (Component.ReuseInputs) or one from a slab.
+func (b *boltExec) newTuple(more int) *topology.Tuple {
+	if n := len(b.spare); n > 0 {
+		t := b.spare[n-1]
+		b.spare = b.spare[:n-1]
+		return t
+	}
+	if len(b.tuples) == 0 {
+		// One allocation per tupleSlab records instead of per record; a
+		// bolt that keeps a tuple keeps its slab alive, which is bounded.
+		b.tuples = make([]topology.Tuple, min(more, tupleSlab))
+	}
+	t := &b.tuples[0]
+	b.tuples = b.tuples[1:]
+	return t
+}
+
+// reuse takes back an input of a bolt that lets its inputs be reused, once
+// Execute returned with it acked or failed: a BasicBolt's always is, so such
+// a task takes about one tuple for all its inputs. An input the bolt still
+// holds is not taken. Clearing the tuple lets the collector free the values
+// and anchors, which the next input's would otherwise keep alive.
+func (b *boltExec) reuse(t *topology.Tuple) {
+	if !b.info.comp.InputsReused || !t.Tracking().Done || len(b.spare) >= tupleSlab {
+		return
+	}
+	*t = topology.Tuple{}
+	b.spare = append(b.spare, t)
 }
 
 // capacityWindow is how far back the capacity gauge looks.
@@ -289,7 +315,9 @@ func (b *boltExec) dispatch(t *topology.Tuple) {
 	b.execute(t)
 	if tracked && !t.Tracking().Done {
 		b.held[t.ID] = t
+		return
 	}
+	b.reuse(t)
 }
 
 // injectFailure fails t as a transient error would, before user code

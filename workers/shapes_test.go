@@ -125,6 +125,21 @@ func expectSink(t *testing.T, s *flowtest.Sink, n int64, want int) {
 	}
 }
 
+// expectSinkAll fails the test unless the sink got every value 0..n-1 at
+// least once and nothing else (at-least-once without dedup at the sink).
+func expectSinkAll(t *testing.T, s *flowtest.Sink, n int64) {
+	t.Helper()
+	got := sinkCounts(s)
+	for i := int64(0); i < n; i++ {
+		if got[i] == 0 {
+			t.Fatalf("record %d never reached the sink", i)
+		}
+	}
+	if len(got) != int(n) {
+		t.Fatalf("the sink received %d distinct values, want %d", len(got), n)
+	}
+}
+
 // runShape runs topo with c for about two seconds of paced input, and fails
 // the test unless the faults really happened.
 func runShape(t *testing.T, topo *topology.Topology, c chaos.Config) *workers.Summary {

@@ -114,9 +114,9 @@ func New(cfg Config) (*Job, error) {
 
 // build adds the bolts behind the lines spout.
 func (job *Job) build(b *topology.Builder, cfg Config) (*Job, error) {
-	b.BasicBolt("split", func() topology.BasicBolt { return &SplitBolt{} }, cfg.Split).
+	b.BasicBolt("split", func() topology.BasicBolt { return &SplitBolt{} }, cfg.Split).ReuseInputs().
 		Input("lines", topology.Shuffle()).Outputs("word")
-	count := b.BasicBolt("count", func() topology.BasicBolt { return &CountBolt{sink: job.Counts, updates: cfg.Updates != nil} }, cfg.Count).
+	count := b.BasicBolt("count", func() topology.BasicBolt { return &CountBolt{sink: job.Counts, updates: cfg.Updates != nil} }, cfg.Count).ReuseInputs().
 		Input("split", topology.Fields("word")).KeyedState()
 	if cfg.Updates != nil {
 		count.Outputs("word", "count")
