@@ -746,6 +746,9 @@ func (s *suite) goals() {
 	}
 	add("worst recovery (ms)", "<= 2000", worst, len(r.Recovery.TreesCompleteMs) > 0 && worst <= 2000)
 	add("acker bytes per pending tree (0: not measured)", "<= 64", r.Memory.AckerBytesPerTree, r.Memory.AckerBytesPerTree > 0 && r.Memory.AckerBytesPerTree <= 64)
+	// Issue 14's bound for the default dedup filter (0.1% false positives
+	// over a window of 1<<20 IDs), which the dedup on/off goal is read with.
+	add("dedup Bloom bits per remembered ID (default filter)", "<= 16", r.Memory.DedupBitsPerID, r.Memory.DedupBitsPerID > 0 && r.Memory.DedupBitsPerID <= 16)
 	add("lossy / clean run time (5% frames lost, 30 s timeout)", "<= 3", r.Loss.Ratio, r.Loss.Ratio > 0 && r.Loss.Ratio <= 3)
 	if m := r.Metrics; m.OffRecordsPerSec > 0 {
 		add(fmt.Sprintf("metrics on (scraped every %v) / off", scrapeEvery), ">= 0.95", m.Ratio, m.Ratio >= 0.95)
