@@ -256,7 +256,7 @@ func (l *leading) decide() error {
 			return err
 		}
 	}
-	failed := failedIn(reports, gen.Number, owners)
+	failed, superseded := failedIn(reports, gen.Number, owners)
 	checkpoints := cfg.checkpointEvery() > 0
 	var reason string
 	handover, lost := false, false
@@ -299,6 +299,8 @@ func (l *leading) decide() error {
 			return nil
 		}
 		reason, lost = "worker "+strings.Join(missing(owners, names), ", ")+" left", true
+	case len(failed) > 0 && superseded:
+		reason, lost = "worker "+strings.Join(failed, ", ")+" came back to a generation that had run on", true
 	case len(failed) > 0:
 		if now.Before(l.restartAt) {
 			return nil // backing off: the same failure came back at once
@@ -811,16 +813,19 @@ func (l *leading) reports() ([]Report, error) {
 // failedIn returns, as "worker (why)", the owners of generation gen whose
 // tasks failed in it. Such a generation cannot go on (its start barrier
 // or its trees wait for those tasks), so the leader starts the next one
-// from the latest checkpoint, as after the loss of a worker.
-func failedIn(reports []Report, gen uint64, owners []string) []string {
-	var out []string
+// from the latest checkpoint, as after the loss of a worker. superseded
+// says that every one of them only found the generation's checkpoint gone
+// (Report.Superseded): no task of the topology failed.
+func failedIn(reports []Report, gen uint64, owners []string) (failed []string, superseded bool) {
+	superseded = true
 	for _, rep := range reports {
 		if rep.Failed == gen && slices.Contains(owners, rep.Member) {
-			out = append(out, rep.Member+" ("+rep.Error+")")
+			failed = append(failed, rep.Member+" ("+rep.Error+")")
+			superseded = superseded && rep.Superseded
 		}
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(failed)
+	return failed, superseded && len(failed) > 0
 }
 
 // failureMemory is how long a run of restarts after failures is

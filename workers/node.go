@@ -325,7 +325,13 @@ type Report struct {
 	Error      string `json:"error,omitempty"`
 	// Failed is the generation this worker's tasks failed in (Error says
 	// why): the leader starts the next one.
-	Failed       uint64        `json:"failed_generation,omitempty"`
+	Failed uint64 `json:"failed_generation,omitempty"`
+	// Superseded says the worker could not join generation Failed because
+	// the checkpoint it restores is gone: newer ones replaced it while the
+	// worker was away (it crashed and came back after the generation had
+	// begun). The leader starts the next generation without counting a
+	// failure of the topology's tasks (Spec.FailAfter).
+	Superseded   bool          `json:"superseded,omitempty"`
 	Status       *MemberStatus `json:"status,omitempty"`
 	Leader       bool          `json:"leader,omitempty"`
 	Checkpoint   uint64        `json:"checkpoint,omitempty"` // leader: latest complete epoch

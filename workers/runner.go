@@ -53,8 +53,11 @@ type runner struct {
 	// failedGen is the generation this worker's tasks failed in (0:
 	// none): its report says so, and the leader starts the next one.
 	failedGen uint64
-	store     checkpoint.Store
-	built     map[uint64]*topology.Topology // by spec revision
+	// superseded: they failed because the checkpoint the generation
+	// restores is gone (Report.Superseded).
+	superseded bool
+	store      checkpoint.Store
+	built      map[uint64]*topology.Topology // by spec revision
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -217,7 +220,7 @@ func (r *runner) run(parent context.Context) {
 			if r.members[m.slot] != m {
 				continue // ended already
 			}
-			r.lastErr, r.failedGen = m.Err().Error(), m.g.Number
+			r.lastErr, r.failedGen, r.superseded = m.Err().Error(), m.g.Number, false
 			r.log.Error().Err(m.Err()).Uint64("generation", m.g.Number).Msg("the tasks of this worker failed; the leader starts the next generation from the latest checkpoint")
 			r.endMembers(true)
 		case <-tick.C:
@@ -355,7 +358,7 @@ func (r *runner) onGeneration(ctx context.Context, g cluster.Generation) {
 	r.gen = g.Number
 	mine := r.ownSlots(g)
 	if len(mine) == 0 {
-		r.lastErr, r.failedGen = "", 0
+		r.lastErr, r.failedGen, r.superseded = "", 0, false
 		if topo, err := r.topology(spec, rev); err == nil && Fingerprint(topo) != g.Fingerprint {
 			// The leader gives tasks only to workers with its build.
 			r.lastErr = fmt.Sprintf("this worker's build of %s is another version than the leader's (fingerprint %q here, %q in generation %d), so it runs none of its tasks; run the same binary on every worker", r.name, Fingerprint(topo), g.Fingerprint, g.Number)
@@ -414,6 +417,21 @@ func (r *runner) onAmend(ctx context.Context, g cluster.Generation) {
 	}
 }
 
+// replaced reports whether err, from joining g, says that the checkpoint g
+// restores is gone because newer ones replaced it: it is missing, and the
+// store holds a complete epoch above it. A checkpoint missing without a
+// newer one (a worker looking at another store) stays a failure.
+func (r *runner) replaced(ctx context.Context, g cluster.Generation, err error) bool {
+	if g.RestoreFrom == 0 || !errors.Is(err, checkpoint.ErrNoCheckpoint) || r.store == nil {
+		return false
+	}
+	epochs, lerr := checkpoint.ListEpochs(context.WithoutCancel(ctx), r.store, r.name)
+	if lerr != nil {
+		return false
+	}
+	return slices.ContainsFunc(epochs, func(e checkpoint.EpochInfo) bool { return e.Epoch > g.RestoreFrom && e.Complete })
+}
+
 // ownSlots returns the slots of g this worker runs.
 func (r *runner) ownSlots(g cluster.Generation) []int {
 	var mine []int
@@ -434,8 +452,15 @@ func (r *runner) joinSlot(ctx context.Context, g cluster.Generation, spec cluste
 		return true
 	case ctx.Err() == nil && r.newest.Load() > g.Number && errors.Is(err, context.Canceled):
 		r.log.Info().Uint64("generation", g.Number).Uint64("newer", r.newest.Load()).Msg("gave up joining a generation: a newer one is out")
+	case r.replaced(ctx, g, err):
+		// The generation has run on without this worker (it crashed and
+		// came back) and taken newer checkpoints, whose retention deleted
+		// the one it started from. Not a failure of the topology's tasks:
+		// the leader starts the next generation without counting one.
+		r.lastErr, r.failedGen, r.superseded = err.Error(), g.Number, true
+		r.log.Warn().Err(err).Uint64("generation", g.Number).Int("slot", slot).Msg("cannot join the generation: newer checkpoints replaced the one it restores; the leader starts the next one from the latest")
 	default:
-		r.lastErr, r.failedGen = err.Error(), g.Number
+		r.lastErr, r.failedGen, r.superseded = err.Error(), g.Number, false
 		r.log.Error().Err(err).Uint64("generation", g.Number).Int("slot", slot).Msg("cannot run this worker's tasks of the generation; the leader starts the next one from the latest checkpoint")
 	}
 	return false
@@ -470,7 +495,7 @@ func (r *runner) join(ctx context.Context, g cluster.Generation, spec cluster.Sp
 		return err
 	}
 	r.members[slot] = m
-	r.lastErr, r.failedGen = "", 0
+	r.lastErr, r.failedGen, r.superseded = "", 0, false
 	go func() {
 		select {
 		case <-m.Failed():
@@ -545,7 +570,7 @@ func (r *runner) writeMetrics(w *metrics.Writer) {
 
 // report publishes what this worker runs of the topology.
 func (r *runner) report(ctx context.Context) {
-	rep := Report{Member: r.n.cfg.Name, Error: r.lastErr, Failed: r.failedGen, Updated: time.Now()}
+	rep := Report{Member: r.n.cfg.Name, Error: r.lastErr, Failed: r.failedGen, Superseded: r.superseded, Updated: time.Now()}
 	for _, slot := range slices.Sorted(maps.Keys(r.members)) {
 		m := r.members[slot]
 		st := m.Status()

@@ -2,10 +2,13 @@ package workers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/ackflow/ackflow/checkpoint"
 	"github.com/ackflow/ackflow/cluster"
 )
 
@@ -183,6 +186,68 @@ func TestRestartBackoff(t *testing.T) {
 	for n, want := range map[int]time.Duration{1: 500 * time.Millisecond, 2: time.Second, 3: 2 * time.Second, 7: 30 * time.Second, 1000: 30 * time.Second} {
 		if got := restartBackoff(n); got != want {
 			t.Errorf("restart %d waits %v, want %v", n, got, want)
+		}
+	}
+}
+
+// TestAGenerationWhoseCheckpointWasReplaced: a worker that came back to a
+// generation which ran on without it finds the checkpoint the generation
+// started from deleted by retention, newer ones in its place. That is no
+// failure of the topology's tasks (it once failed a local run under crash
+// chaos, whose FailAfter is 1); a checkpoint missing with nothing newer,
+// or another error, still is.
+func TestAGenerationWhoseCheckpointWasReplaced(t *testing.T) {
+	ctx := context.Background()
+	store := checkpoint.NewMemory()
+	for epoch := uint64(1); epoch <= 6; epoch++ {
+		e, err := checkpoint.WriteTask(ctx, store, "t", epoch, 0, "count", 0, []byte("state"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Keeping 3: epochs 1-3 are gone once 6 is committed.
+		if err := checkpoint.Commit(ctx, store, checkpoint.Manifest{Topology: "t", Fingerprint: "f", Epoch: epoch, Tasks: []checkpoint.TaskEntry{e}}, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &runner{name: "t", store: store}
+	gone := func(epoch uint64) error {
+		_, err := checkpoint.Load(ctx, store, "t", epoch, "f")
+		if err == nil {
+			t.Fatalf("epoch %d loads; the test's retention did not delete it", epoch)
+		}
+		return fmt.Errorf("workers: generation 6 cannot restore checkpoint %d: %w", epoch, err)
+	}
+	for _, c := range []struct {
+		restore uint64
+		err     error
+		want    bool
+	}{
+		{3, gone(3), true},  // replaced by 4-6
+		{9, gone(9), false}, // missing, nothing newer
+		{0, gone(3), false}, // the generation restores nothing
+		{3, errors.New("the bolt cannot prepare"), false},
+	} {
+		if got := r.replaced(ctx, cluster.Generation{Number: 6, RestoreFrom: c.restore}, c.err); got != c.want {
+			t.Errorf("restore %d, %v: replaced = %v, want %v", c.restore, c.err, got, c.want)
+		}
+	}
+
+	// The leader counts a failure unless every failed owner found its
+	// checkpoint replaced.
+	owners := []string{"a", "b"}
+	for _, c := range []struct {
+		reports    []Report
+		failed     int
+		superseded bool
+	}{
+		{nil, 0, false},
+		{[]Report{{Member: "a", Failed: 6, Superseded: true}}, 1, true},
+		{[]Report{{Member: "a", Failed: 6, Superseded: true}, {Member: "b", Failed: 6}}, 2, false},
+		{[]Report{{Member: "a", Failed: 5, Superseded: true}, {Member: "c", Failed: 6, Superseded: true}}, 0, false}, // another generation; not an owner
+	} {
+		failed, superseded := failedIn(c.reports, 6, owners)
+		if len(failed) != c.failed || superseded != c.superseded {
+			t.Errorf("reports %+v: failed %v, superseded %v; want %d failed, superseded %v", c.reports, failed, superseded, c.failed, c.superseded)
 		}
 	}
 }
