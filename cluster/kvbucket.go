@@ -148,13 +148,38 @@ func (b *kvBucket) get(ctx context.Context, key string) (entry, error) {
 }
 
 // create relies on KeyValue.Create, which also succeeds over a delete or
-// expiry marker.
+// expiry marker. Over a marker, nats.go reads the key's last revision and
+// writes on it; on a replicated bucket the read can come from a replica
+// that lags (or the marker's TTL ends in between), and the write then
+// fails with "wrong last sequence" (code 10164) although the key is free:
+// a worker that left and came back at once could not join (the VM test
+// saw it). Such a failure is tried again a few times; a key that a live
+// entry holds comes back as errKeyExists from the next try.
 func (b *kvBucket) create(ctx context.Context, key string, value []byte) (uint64, error) {
-	rev, err := b.kv.Create(ctx, key, value)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, errKeyExists
+	for try := 1; ; try++ {
+		rev, err := b.kv.Create(ctx, key, value)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, errKeyExists
+		}
+		if err == nil || try == createTries || !wrongLastSequence(err) {
+			return rev, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(time.Duration(try) * 20 * time.Millisecond):
+		}
 	}
-	return rev, err
+}
+
+// createTries bounds the tries of create: about a second of waits.
+const createTries = 8
+
+// wrongLastSequence says whether err is JetStream's refusal of a write
+// that expected another last revision of its key.
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 func (b *kvBucket) update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
