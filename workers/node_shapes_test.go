@@ -66,9 +66,12 @@ func (t *tallies) expect(tb testing.TB, branch string, n int64, want int64, exac
 	}
 }
 
+// shapesTopology's input lasts 20 s: the test's six faults, each waiting
+// for the plan it causes, took more than 10 s on a loaded CI machine, and
+// the input ended before the last one.
 func shapesTopology(t *testing.T, name string, n, k int64, tl *tallies, failed map[int64]bool, mu *sync.Mutex) *topology.Topology {
 	b := topology.NewBuilder(name)
-	b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: 10 * time.Second}} }, 1).Outputs("n")
+	b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: 20 * time.Second}} }, 1).Outputs("n")
 	// All: each of three copies is counted.
 	b.Bolt("copy", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.All()).Outputs("n")
 	b.Bolt("all", tl.counter("all"), 2).KeyedState().Input("copy", topology.Fields("n")).Outputs("n")
