@@ -425,12 +425,19 @@ func (r *runner) replaced(ctx context.Context, g cluster.Generation, err error) 
 	if g.RestoreFrom == 0 || !errors.Is(err, checkpoint.ErrNoCheckpoint) || r.store == nil {
 		return false
 	}
-	epochs, lerr := checkpoint.ListEpochs(context.WithoutCancel(ctx), r.store, r.name)
+	// The join's context may have ended with the generation; the store is
+	// asked anyway, for as long as a restore's look at it would take.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replacedLookup)
+	defer cancel()
+	epochs, lerr := checkpoint.ListEpochs(lctx, r.store, r.name)
 	if lerr != nil {
 		return false
 	}
 	return slices.ContainsFunc(epochs, func(e checkpoint.EpochInfo) bool { return e.Epoch > g.RestoreFrom && e.Complete })
 }
+
+// replacedLookup bounds replaced's look at the checkpoint store.
+const replacedLookup = 5 * time.Second
 
 // ownSlots returns the slots of g this worker runs.
 func (r *runner) ownSlots(g cluster.Generation) []int {
