@@ -82,10 +82,17 @@ func checkpointTopology(t *testing.T, name string, n int64, d time.Duration, res
 
 func expectCounted(t *testing.T, result map[string]int64, n int64) {
 	t.Helper()
+	// Report every wrong count, not the first: which records are missing
+	// (one, a run of them, every key of a key group) tells what lost them.
+	var wrong []string
 	for i := int64(0); i < n; i++ {
 		if got := result[strconv.FormatInt(i, 10)]; got != 1 {
-			t.Fatalf("%d counted %d times, want 1", i, got)
+			wrong = append(wrong, fmt.Sprintf("%d counted %d times", i, got))
 		}
+	}
+	if len(wrong) > 0 {
+		shown := wrong[:min(len(wrong), 20)]
+		t.Fatalf("%d of %d records counted wrongly, want each once: %s", len(wrong), n, strings.Join(shown, ", "))
 	}
 	if len(result) != int(n) {
 		t.Fatalf("%d keys counted, want %d", len(result), n)
@@ -94,10 +101,12 @@ func expectCounted(t *testing.T, result map[string]int64, n int64) {
 
 // runExactlyOnceUnderCrashes runs topo exactly-once on 3 workers under
 // frame chaos, injected failures and a crash of any worker every
-// crashEvery, with checkpoints every 200 ms, and fails the test unless
-// workers crashed, the run rolled back and checkpoints were taken.
-func runExactlyOnceUnderCrashes(t *testing.T, topo *topology.Topology, crashEvery time.Duration, seed uint64) {
+// crashEvery, with checkpoints every 200 ms, fails the test unless
+// workers crashed, the run rolled back and checkpoints were taken, and
+// returns the summary and the checkpoint store.
+func runExactlyOnceUnderCrashes(t *testing.T, topo *topology.Topology, crashEvery time.Duration, seed uint64) (*workers.Summary, checkpoint.Store) {
 	t.Helper()
+	store := checkpoint.NewMemory()
 	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{
 		Guarantee: workers.ExactlyOnce,
 		Workers:   3,
@@ -105,6 +114,7 @@ func runExactlyOnceUnderCrashes(t *testing.T, topo *topology.Topology, crashEver
 		Configure: func(c *workers.Config) {
 			c.CheckpointEvery = 200 * time.Millisecond
 			c.MaxAttempts = 0
+			c.Checkpoints = store
 		},
 	})
 	if err != nil {
@@ -115,6 +125,23 @@ func runExactlyOnceUnderCrashes(t *testing.T, topo *topology.Topology, crashEver
 	if sum.Crashes == 0 || c.Rollbacks == 0 || c.Taken == 0 {
 		t.Fatalf("crashes %d, rollbacks %d, checkpoints %d: the test proves nothing", sum.Crashes, c.Rollbacks, c.Taken)
 	}
+	return sum, store
+}
+
+// finalCounts returns the "seen" counters of the count tasks in the
+// run's final checkpoint: its end state. The tasks' Cleanup adds the same
+// to the test's result when they stop, but crash chaos may crash a worker
+// after the final checkpoint, before its tasks stopped, and then their
+// part of the result is missing although nothing was lost (seen under
+// the load of a full CI run: 1,999 of 4,000 keys, one task's key groups,
+// counted 0 times, in a run of 13 crashes and 12 recoveries).
+func finalCounts(t *testing.T, store checkpoint.Store, topo *topology.Topology, sum *workers.Summary) map[string]int64 {
+	t.Helper()
+	got, err := workers.CheckpointedCounters(context.Background(), store, topo.Name, topo.KeyGroups, sum.Checkpoints.Latest, "count", "seen")
+	if err != nil {
+		t.Fatalf("reading the final checkpoint %d: %v", sum.Checkpoints.Latest, err)
+	}
+	return got
 }
 
 // TestExactlyOnceStateSurvivesCrashesOfAnyWorker crashes workers at random,
@@ -126,8 +153,8 @@ func TestExactlyOnceStateSurvivesCrashesOfAnyWorker(t *testing.T) {
 	var mu sync.Mutex
 	result := map[string]int64{}
 	topo := checkpointTopology(t, "eo-crash", n, 3*time.Second, result, &mu)
-	runExactlyOnceUnderCrashes(t, topo, 800*time.Millisecond, 41)
-	expectCounted(t, result, n)
+	sum, store := runExactlyOnceUnderCrashes(t, topo, 800*time.Millisecond, 41)
+	expectCounted(t, finalCounts(t, store, topo, sum), n)
 }
 
 // TestResumeFromCheckpointDirectory stops a run midway and starts it again
@@ -220,6 +247,7 @@ func TestAtLeastOnceWithCheckpointsLosesNothing(t *testing.T) {
 	var mu sync.Mutex
 	result := map[string]int64{}
 	topo := checkpointTopology(t, "alo-crash", n, 2*time.Second, result, &mu)
+	store := checkpoint.NewMemory()
 	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{
 		Guarantee: workers.AtLeastOnce,
 		Workers:   3,
@@ -227,6 +255,7 @@ func TestAtLeastOnceWithCheckpointsLosesNothing(t *testing.T) {
 		Configure: func(c *workers.Config) {
 			c.CheckpointEvery = 150 * time.Millisecond
 			c.MaxAttempts = 0
+			c.Checkpoints = store
 		},
 	})
 	if err != nil {
@@ -235,7 +264,7 @@ func TestAtLeastOnceWithCheckpointsLosesNothing(t *testing.T) {
 	if sum.Crashes == 0 || sum.Checkpoints.Rollbacks == 0 {
 		t.Fatalf("crashes %d, rollbacks %d: the test proves nothing", sum.Crashes, sum.Checkpoints.Rollbacks)
 	}
-	expectCounted(t, result, n)
+	expectCounted(t, finalCounts(t, store, topo, sum), n)
 }
 
 // TestCorruptCheckpointFallsBackToThePreviousOne corrupts the newest
@@ -339,7 +368,8 @@ func TestCheckpointStoreFailures(t *testing.T) {
 		time.Sleep(900 * time.Millisecond)
 		store.down.Store(false)
 	}()
-	sum, err := flowtest.Run(context.Background(), checkpointTopology(t, "outage", n, 3*time.Second, result, &mu), flowtest.Options{
+	topo := checkpointTopology(t, "outage", n, 3*time.Second, result, &mu)
+	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{
 		Guarantee: workers.ExactlyOnce,
 		Workers:   3,
 		Chaos:     chaos.Config{CrashEvery: time.Second, Seed: 44},
@@ -361,7 +391,7 @@ func TestCheckpointStoreFailures(t *testing.T) {
 	if !lines.has("checkpoint abandoned") || !lines.has("no space left on device (injected)") {
 		t.Fatalf("no warning says a checkpoint was abandoned and why:\n%.3000s", lines.String())
 	}
-	expectCounted(t, result, n)
+	expectCounted(t, finalCounts(t, store, topo, sum), n)
 }
 
 // holdingSpout emits the numbers from first to first+n-1 unpaced, but
