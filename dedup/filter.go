@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync"
 
 	"github.com/bits-and-blooms/bloom/v3"
 )
@@ -43,14 +44,16 @@ type Filter struct {
 	cfg Config
 	// gens is a ring of Bloom filters of equal size; gens[newest] takes
 	// adds and gens[(newest+1)%len] is the oldest, cleared on rotation.
-	gens   []generation
-	newest int
-	perGen int    // IDs the newest takes before it rotates
-	m      uint64 // bits per generation
-	k      int    // probes per ID
-	// locs are the k bit positions of the ID being checked (locate), the
-	// same in every generation: computed once, then probed and set.
-	locs []uint64
+	gens    []generation
+	newest  int
+	perGen  int    // IDs the newest takes before it rotates
+	m       uint64 // bits per generation, a whole number of blocks
+	nblocks uint64 // blocks of blockBits per generation
+	k       int    // bits per ID, all in one block
+	// The ID being checked (locate): its block and the k bits it sets
+	// there, the same in every generation, computed once per Check.
+	blk  uint64
+	mask [blockWords]uint64
 
 	ring ring // the exact record of recent completions
 
@@ -78,37 +81,119 @@ func New(cfg Config) (*Filter, error) {
 		return nil, err
 	}
 	f := &Filter{cfg: cfg, perGen: cfg.perGeneration(), ring: newRing(cfg)}
+	m, k := sizing(uint(f.perGen), cfg.FPRate/float64(cfg.Generations))
+	f.m, f.k, f.nblocks = uint64(m), int(k), uint64(m/blockBits)
 	f.gens = make([]generation, cfg.Generations)
 	f.gens[0] = f.newGeneration()
-	f.m = uint64(f.gens[0].bf.Cap())
-	f.k = int(f.gens[0].bf.K())
-	f.locs = make([]uint64, f.k)
 	return f, nil
 }
 
 // newGeneration allocates one Bloom filter. All generations get the same m
-// and k, so an ID probes the same bit positions in each and one hash serves
-// them all.
+// and k, so an ID probes the same block and bits in each and one hash
+// serves them all.
 func (f *Filter) newGeneration() generation {
-	m, k := sizing(uint(f.perGen), f.cfg.FPRate/float64(f.cfg.Generations))
-	bf := bloom.New(m, k)
+	bf := bloom.New(uint(f.m), uint(f.k))
 	return generation{bf: bf, words: bf.BitSet().Words()}
 }
 
-// sizing returns m bits and k probes for n IDs at false-positive rate p.
-// The k that needs the fewest bits (what bloom.EstimateParameters gives,
-// 12 for the default config) is not the cheapest: every probe of a
-// megabyte-sized filter is a cache miss, and near the optimum the rate
-// hardly depends on k. With 85% of the optimal k (10) and m raised to keep
-// p, the default config takes 0.6% more bits (25.2 per ID instead of 25.0)
-// and a fresh ID costs about a third less (BenchmarkCheckNew); 8 probes
-// would cost 5% more bits for little more speed.
+// A generation is blocked: an ID's k bits all lie in one block of 512
+// bits, a cache line, picked by the ID's hash. A check of a fresh ID then
+// reads one line per generation and the add writes to the newest's line
+// it has just read, where a classic Bloom filter spreads the k bits over
+// the whole megabyte: in word count's count tasks that was a cache miss
+// per probe, 4 or more per generation and 6 more to add, and dedup was a
+// fifth of the CPU. The price is a higher false-positive rate at the same
+// bits, since the IDs do not spread evenly over the blocks; sizing pays
+// it in bits: 27.7 per ID for the default config instead of 25.2, at the
+// same measured rate (BenchmarkBitsPerID). Five generations would take
+// 25.7 bits at that rate, but each check then waits for five lines, and
+// in word count that cost more than the three (docs/performance.md).
+// (bitset allocates a generation's words as one large object, which the
+// Go heap aligns to a page, so blocks are aligned to cache lines.)
+const (
+	blockBits  = 512
+	blockWords = blockBits / 64
+)
+
+// sizing returns m bits (whole blocks) and k bits per ID for n IDs at a
+// false-positive rate of at most p: the k that needs the fewest bits, at
+// most maxK. The k bits sit in one block, so a larger k costs no more
+// cache lines, only a few instructions.
 func sizing(n uint, p float64) (m, k uint) {
-	_, opt := bloom.EstimateParameters(n, p)
-	k = max(1, uint(math.Round(0.85*float64(opt))))
-	// For k probes and n IDs, the rate is (1-exp(-k*n/m))^k; solved for m.
-	m = uint(math.Ceil(-float64(k) * float64(n) / math.Log1p(-math.Pow(p, 1/float64(k)))))
-	return m, k
+	key := sizingKey{n, p}
+	sizingMu.Lock()
+	r, ok := sizings[key]
+	sizingMu.Unlock()
+	if !ok {
+		r.m, r.k = computeSizing(n, p)
+		sizingMu.Lock()
+		sizings[key] = r
+		sizingMu.Unlock()
+	}
+	return r.m, r.k
+}
+
+// Sizing takes a few milliseconds (a bisection over a Poisson sum for
+// every k), and every stateful task of a run asks for the same sizes:
+// they are computed once per process.
+type sizingKey struct {
+	n uint
+	p float64
+}
+
+var (
+	sizingMu sync.Mutex
+	sizings  = map[sizingKey]struct{ m, k uint }{}
+)
+
+func computeSizing(n uint, p float64) (m, k uint) {
+	best := math.Inf(1)
+	for kk := uint(1); kk <= maxK; kk++ {
+		// The rate falls as bits per ID grow: bisect for the fewest.
+		lo, hi := 1.0, 1024.0
+		if blockedFPRate(hi, kk) > p {
+			continue
+		}
+		for range 60 {
+			mid := (lo + hi) / 2
+			if blockedFPRate(mid, kk) > p {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		if hi < best {
+			best, k = hi, kk
+		}
+	}
+	if k == 0 { // p below what maxK bits can give: take the most bits tried
+		best, k = 1024, maxK
+	}
+	blocks := max(1, uint(math.Ceil(best*float64(max(n, 1))/blockBits)))
+	return blocks * blockBits, k
+}
+
+// maxK is the most bits an ID sets: locate takes 7 positions of 9 bits
+// from each of two 64-bit hashes.
+const maxK = 14
+
+// blockedFPRate is the false-positive rate of a blocked Bloom filter of
+// c bits of filter per ID, each ID setting k bits: the chance that k random bits of a
+// block are set, over the Poisson-distributed number of IDs j a block
+// holds (mean blockBits/c), each of which set k of its bits at random.
+func blockedFPRate(c float64, k uint) float64 {
+	lambda := blockBits / c
+	rate := 0.0
+	// Terms beyond the mean plus 12 standard deviations are negligible.
+	top := int(lambda + 12*math.Sqrt(lambda) + 20)
+	logLambda := math.Log(lambda)
+	for j := 0; j <= top; j++ {
+		lg, _ := math.Lgamma(float64(j) + 1)
+		pj := math.Exp(-lambda + float64(j)*logLambda - lg)
+		fill := -math.Expm1(float64(k*uint(j)) * math.Log1p(-1.0/blockBits))
+		rate += pj * math.Pow(fill, float64(k))
+	}
+	return rate
 }
 
 // Check classifies a record ID. exact is the caller's own exact record, for
@@ -201,40 +286,56 @@ func (f *Filter) Stats() Stats {
 		ExactLen:   f.ring.len(),
 	}
 	// A never-seen ID is a false positive unless every generation misses:
-	// 1 - prod(1 - fill^k), summed in logs so that the tiny rates of a
-	// nearly empty filter do not round to 0.
+	// 1 - prod(1 - rate of each), summed in logs so that the tiny rates of
+	// a nearly empty filter do not round to 0. A generation's rate comes
+	// from the IDs it holds (blockedFPRate), not from its fill alone,
+	// which would leave out how unevenly they spread over the blocks.
 	logMiss := 0.0
 	for i := range f.gens {
 		g := &f.gens[i]
 		s.Remembered += g.ids
-		logMiss += math.Log1p(-math.Pow(float64(g.ones)/float64(f.m), float64(f.k)))
+		if g.ids > 0 {
+			logMiss += math.Log1p(-blockedFPRate(float64(f.m)/float64(g.ids), uint(f.k)))
+		}
 	}
 	s.EstimatedFPRate = -math.Expm1(logMiss)
 	return s
 }
 
-// probes yields the k bit positions of one ID, the same in every generation
-// since they all have the same m and k. IDs are meant to be well-mixed
-// hashes already, but tests and hand-made IDs are often small counters, so
-// the ID is mixed again. Two splitmix64 outputs cost a few nanoseconds; the
-// bloom package's Test and Add hash their bytes with murmur on every call,
-// once per generation and again to add, and on the default sizes that made
-// a fresh ID cost three to four times as long.
-//
-// The positions come from a 64-bit LCG seeded by the ID, with the ID's own
-// odd increment, rather than from Kirsch-Mitzenmacher double hashing
-// (h1+i*h2): when h2/2^64 lies near a fraction with a small denominator the
-// k positions of double hashing collapse onto a few bits, and such an ID
-// looks present as soon as those few are set. About one ID in 5m/k has at
-// most k/2 distinct positions: negligible at the default size, but enough
-// to break a small filter's window (TestWindowBounds caught it). An LCG
-// step costs the same multiply and add.
-type probes struct{ x, inc uint64 }
+// Prefetch reads the lines that a Check of id will probe, without
+// changing anything: a task calls it for every input of a frame before it
+// checks the first. A Check waits for its lines, one per generation, and
+// megabyte-sized generations miss the cache; issued back to back, the
+// reads of many IDs overlap instead of each Check waiting in turn.
+func (f *Filter) Prefetch(id uint64) {
+	f.locate(id)
+	for i := range f.gens {
+		if w := f.gens[i].words; w != nil {
+			prefetch(&w[f.blk*blockWords])
+		}
+	}
+}
 
-func newProbes(id uint64) probes {
+// locate finds the block of id and the k bits it sets there, the same in
+// every generation since they all have the same m and k. IDs are meant to
+// be well-mixed hashes already, but tests and hand-made IDs are often
+// small counters, so the ID is mixed again: three splitmix64 outputs,
+// independent of each other (a few nanoseconds), one for the block by its
+// top bits and two cut into 9-bit bit positions. The bloom package's own
+// Test and Add would hash the ID's bytes with murmur once per generation
+// and again to add, and spread the bits over the whole filter.
+func (f *Filter) locate(id uint64) {
 	const gamma = 0x9e3779b97f4a7c15 // splitmix64's increment
 	z := id + gamma
-	return probes{x: splitmix(z), inc: splitmix(z+gamma) | 1}
+	hi, _ := bits.Mul64(splitmix(z), f.nblocks)
+	f.blk = hi
+	f.mask = [blockWords]uint64{}
+	h := [2]uint64{splitmix(z + gamma), splitmix(z + gamma + gamma)}
+	for i := range f.k {
+		x := h[i/7] >> (9 * uint(i%7))
+		pos := x & (blockBits - 1)
+		f.mask[pos>>6] |= 1 << (pos & 63)
+	}
 }
 
 func splitmix(z uint64) uint64 {
@@ -243,68 +344,40 @@ func splitmix(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// lcgMul is Knuth's MMIX multiplier.
-const lcgMul = 6364136223846793005
-
-// loc maps an LCG state onto [0, m) by its top bits (an LCG's best ones)
-// with a multiply-high instead of a modulo, which would cost a division per
-// probe.
-func loc(x, m uint64) uint64 {
-	hi, _ := bits.Mul64(x, m)
-	return hi
+// block returns the ID's block in g: one cache line, read as eight words
+// with one bounds check.
+func (f *Filter) block(g *generation) *[blockWords]uint64 {
+	return (*[blockWords]uint64)(g.words[f.blk*blockWords : (f.blk+1)*blockWords])
 }
 
-// probe reports whether every position of the ID is set in g. The bits are
+// probe reports whether every bit of the ID is set in g. The bits are
 // read from the bitset's words directly: the bloom package can only test
-// bytes it hashes itself or a slice of locations (which Check would have to
-// fill and which it reduces with a modulo); sizing, storage and clearing
-// still come from it.
-//
-// The result is looked at every four probes, not after each: a fresh ID
-// fails a probe at random, so a branch per probe is mispredicted about
-// once per generation, and those mispredictions cost more than the probes.
-// After four probes of a half-full generation the branch almost always
-// exits, which predicts well.
+// bytes it hashes itself or a slice of locations over the whole filter;
+// sizing, storage and clearing still come from it. The eight words are
+// tested together, without a branch per word.
 func (f *Filter) probe(g *generation) bool {
-	words := g.words
-	all := uint64(1)
-	for i, l := range f.locs {
-		all &= words[l>>6] >> (l & 63)
-		if i&3 == 3 && all&1 == 0 {
-			return false
-		}
+	b := f.block(g)
+	var missing uint64
+	for w := range blockWords {
+		missing |= f.mask[w] &^ b[w]
 	}
-	return all&1 != 0
-}
-
-// locate puts the k bit positions of id in f.locs. The LCG's steps depend
-// on each other (a multiply and an add each), so they are taken once per
-// Check, not again for every generation probed and for the add; the loads
-// of probe and the stores of add are then independent of each other, and a
-// fresh ID costs about a fifth less (BenchmarkCheckNew).
-func (f *Filter) locate(id uint64) {
-	p := newProbes(id)
-	x, m := p.x, f.m
-	for i := range f.locs {
-		x = x*lcgMul + p.inc
-		f.locs[i] = loc(x, m)
-	}
+	return missing == 0
 }
 
 // add puts the ID into the newest generation and rotates when that
-// generation is full. The caller knows the ID is not there yet. It counts
-// the bits it sets without a branch per bit, for the same reason as probe.
+// generation is full. The caller knows the ID is not there yet. The line
+// was read by the probe of the newest generation just before, so the
+// stores hit the cache.
 func (f *Filter) add() {
 	g := &f.gens[f.newest]
-	words := g.words
-	var ones uint64
-	for _, l := range f.locs {
-		w := &words[l>>6]
-		old := *w
-		*w = old | 1<<(l&63)
-		ones += (^old >> (l & 63)) & 1
+	b := f.block(g)
+	var ones int
+	for w := range blockWords {
+		old := b[w]
+		b[w] = old | f.mask[w]
+		ones += bits.OnesCount64(f.mask[w] &^ old)
 	}
-	g.ones += ones
+	g.ones += uint64(ones)
 	g.ids++
 	if g.ids >= f.perGen {
 		f.rotate()

@@ -200,6 +200,16 @@ func (b *boltExec) process(f *wire.Frame) {
 		start = time.Now()
 		b.now = start
 	}
+	if b.filter != nil {
+		// The filter's lines for every input of the frame are requested
+		// first, so that their cache misses overlap instead of each
+		// input's check waiting for its own (dedup.Filter.Prefetch).
+		for i := range f.Records {
+			if len(f.Records[i].Anchors) > 0 {
+				b.filter.Prefetch(f.Records[i].ID)
+			}
+		}
+	}
 	for i := range f.Records {
 		rec := &f.Records[i]
 		schema := b.subscribed(rec)
