@@ -308,13 +308,22 @@ func (f *Filter) Stats() Stats {
 // megabyte-sized generations miss the cache; issued back to back, the
 // reads of many IDs overlap instead of each Check waiting in turn.
 func (f *Filter) Prefetch(id uint64) {
-	f.locate(id)
+	blk := f.blockOf(id)
 	for i := range f.gens {
 		if w := f.gens[i].words; w != nil {
-			prefetch(&w[f.blk*blockWords])
+			prefetch(&w[blk*blockWords])
 		}
 	}
 }
+
+// blockOf is the block of id in every generation, from the top bits of
+// its first hash (locate).
+func (f *Filter) blockOf(id uint64) uint64 {
+	hi, _ := bits.Mul64(splitmix(id+splitmixGamma), f.nblocks)
+	return hi
+}
+
+const splitmixGamma = 0x9e3779b97f4a7c15 // splitmix64's increment
 
 // locate finds the block of id and the k bits it sets there, the same in
 // every generation since they all have the same m and k. IDs are meant to
@@ -325,17 +334,24 @@ func (f *Filter) Prefetch(id uint64) {
 // Test and Add would hash the ID's bytes with murmur once per generation
 // and again to add, and spread the bits over the whole filter.
 func (f *Filter) locate(id uint64) {
-	const gamma = 0x9e3779b97f4a7c15 // splitmix64's increment
-	z := id + gamma
-	hi, _ := bits.Mul64(splitmix(z), f.nblocks)
-	f.blk = hi
-	f.mask = [blockWords]uint64{}
-	h := [2]uint64{splitmix(z + gamma), splitmix(z + gamma + gamma)}
-	for i := range f.k {
-		x := h[i/7] >> (9 * uint(i%7))
-		pos := x & (blockBits - 1)
-		f.mask[pos>>6] |= 1 << (pos & 63)
+	z := id + splitmixGamma
+	f.blk = f.blockOf(id)
+	// The positions go into a local mask, written back once: updating
+	// f.mask in place made each bit wait for the store before it.
+	var mask [blockWords]uint64
+	h := splitmix(z + splitmixGamma)
+	for range min(f.k, 7) {
+		pos := h & (blockBits - 1)
+		mask[pos>>6] |= 1 << (pos & 63)
+		h >>= 9
 	}
+	h = splitmix(z + splitmixGamma + splitmixGamma)
+	for range f.k - min(f.k, 7) {
+		pos := h & (blockBits - 1)
+		mask[pos>>6] |= 1 << (pos & 63)
+		h >>= 9
+	}
+	f.mask = mask
 }
 
 func splitmix(z uint64) uint64 {
