@@ -212,13 +212,18 @@ func (f *flaky) Prepare(_ topology.TaskContext, out topology.Collector) error {
 	return nil
 }
 
+// firstSight reports whether k is seen for the first time, and marks it seen.
+func firstSight[K comparable](mu *sync.Mutex, seen map[K]bool, k K) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	first := !seen[k]
+	seen[k] = true
+	return first
+}
+
 func (f *flaky) Execute(in *topology.Tuple) {
 	n, _ := in.Int(0)
-	f.mu.Lock()
-	first := !f.seen[n]
-	f.seen[n] = true
-	f.mu.Unlock()
-	if n%97 == 0 && first {
+	if n%97 == 0 && firstSight(f.mu, f.seen, n) {
 		panic("flaky bolt")
 	}
 	f.out.Emit(in, in.Values)
@@ -322,58 +327,32 @@ func (*halfPanicky) Prepare(topology.TaskContext) error { return nil }
 func (*halfPanicky) Cleanup() error                     { return nil }
 func (h *halfPanicky) Execute(in *topology.Tuple, out topology.BasicCollector) error {
 	n, _ := in.Int(0)
-	h.mu.Lock()
-	first := !h.seen[n]
-	h.seen[n] = true
-	h.mu.Unlock()
 	out.Emit(topology.Values{n, "a"})
-	if n%13 == 0 && first {
+	if n%13 == 0 && firstSight(h.mu, h.seen, n) {
 		panic("half emitted")
 	}
 	out.Emit(topology.Values{n, "b"})
 	return nil
 }
 
-// panickyCounter counts (n, tag) in keyed state and passes it on; the
-// first time it sees a key whose n is a multiple of 29 it panics before
-// counting.
+// panickyCounter counts (n, tag) in keyed state and passes it on, as
+// keyedCounter does; the first time it sees a key whose n is a multiple
+// of 29 it panics before counting.
 type panickyCounter struct {
-	out    topology.Collector
-	counts *topology.Counters
-	mu     *sync.Mutex
-	seen   map[string]bool
-	result map[string]int64
-}
-
-func (p *panickyCounter) Prepare(tc topology.TaskContext, out topology.Collector) error {
-	p.out, p.counts = out, tc.State.Counters("seen")
-	return nil
+	keyedCounter
+	seen map[string]bool
 }
 
 func (p *panickyCounter) Execute(in *topology.Tuple) {
 	n, _ := in.Int(0)
 	tag, _ := in.String(1)
 	key := fmt.Sprintf("%d%s", n, tag)
-	p.mu.Lock()
-	first := !p.seen[key]
-	p.seen[key] = true
-	p.mu.Unlock()
-	if n%29 == 0 && first {
+	if n%29 == 0 && firstSight(p.mu, p.seen, key) {
 		panic("before counting")
 	}
 	p.counts.Add(key, 1)
 	p.out.Emit(in, topology.Values{key})
 	p.out.Ack(in)
-}
-
-func (p *panickyCounter) Cleanup() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.counts.Range(func(k string, n int64) bool {
-		p.result[k] += n
-		return true
-	})
-	return nil
 }
 
 // TestPanicsMidFrameLoseNothing: bolts that panic in the middle of their
@@ -392,7 +371,9 @@ func TestPanicsMidFrameLoseNothing(t *testing.T) {
 	b.Spout("numbers", func() topology.Spout { return &numbers{n: n} }, 1).Outputs("n")
 	b.BasicBolt("split", func() topology.BasicBolt { return &halfPanicky{mu: &mu, seen: seen} }, 2).ReuseInputs().
 		Input("numbers", topology.Shuffle()).Outputs("n", "tag")
-	b.Bolt("count", func() topology.Bolt { return &panickyCounter{mu: &mu, seen: seenCount, result: result} }, 2).KeyedState().
+	b.Bolt("count", func() topology.Bolt {
+		return &panickyCounter{keyedCounter: keyedCounter{mu: &mu, result: result}, seen: seenCount}
+	}, 2).KeyedState().
 		Input("split", topology.Fields("n", "tag")).Outputs("key")
 	b.Bolt("sink", sink.StatefulBolt, 1).Input("count", topology.Shuffle())
 	sum, err := flowtest.Run(context.Background(), build(t, b), flowtest.Options{Guarantee: workers.AtLeastOnce,
