@@ -71,7 +71,7 @@ type generation struct {
 
 // New returns an empty Filter. Its memory is about BitsPerID*Window/8 bytes
 // of Bloom filters plus 16*B/(B-1) bytes per Exact completion, which is 17
-// for B = 16 blocks (for the default config 3.3 MB plus 18 MB), but only the
+// for B = 16 blocks (for the default config 3.6 MB plus 18 MB), but only the
 // first generation and the first block of the ring are allocated here; each
 // other one is allocated when the filter first rotates into it. A task that
 // sees fewer than Window IDs, a short run or one of many small tasks, never

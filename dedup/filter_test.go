@@ -520,7 +520,7 @@ func TestValidate(t *testing.T) {
 // TestMemoryGrowsWithUse: New takes one Bloom generation and one block of
 // the ring; the rest comes as the filter first rotates into it, so a task
 // that sees few IDs (a short run, one of hundreds of small tasks) does not
-// hold the full 21 MB of the default config.
+// hold the full 22 MB of the default config.
 func TestMemoryGrowsWithUse(t *testing.T) {
 	heap := func() uint64 {
 		var m runtime.MemStats
