@@ -229,14 +229,16 @@ func (b *boltExec) process(f *wire.Frame) {
 }
 
 // processRecords dispatches the records of f from i on, and returns the
-// index after the last it dispatched: len(f.Records), or the one after a
-// record whose Execute panicked. A panic is recovered here, once per frame,
+// index of the first record it has not dispatched: len(f.Records), or the
+// one after a record whose Execute panicked (or the same record, when the
+// panic came from a released replay run before it). A panic is recovered here, once per frame,
 // rather than by a deferred function per Execute: in Go 1.26 a recover
 // walks the stack, and a defer and a recover per record were 4% of word
 // count's CPU. Execute runs unguarded meanwhile (b.guarded); the panic
 // fails the input it was executing, as execute's own guard does.
 func (b *boltExec) processRecords(f *wire.Frame, i int) (next int) {
 	plan := b.r.plan
+	next = i // records before next are dispatched
 	b.guarded = true
 	defer func() {
 		b.guarded = false
@@ -247,12 +249,12 @@ func (b *boltExec) processRecords(f *wire.Frame, i int) (next int) {
 			t := b.cur
 			b.cur = nil
 			b.panicked(t, p)
-			next = i + 1
 		}
 	}()
 	b.runReady()
 	for ; i < len(f.Records); i++ {
 		rec := &f.Records[i]
+		next = i + 1
 		schema := b.subscribed(rec)
 		if schema == nil {
 			// Only a forged or corrupt frame gets here: emits are checked.
@@ -271,7 +273,7 @@ func (b *boltExec) processRecords(f *wire.Frame, i int) (next int) {
 		b.dispatch(t)
 		b.runReady()
 	}
-	return i
+	return next
 }
 
 // newTuple returns a tuple for an input, of which more frame records
