@@ -21,27 +21,42 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"os"
-	"runtime/debug"
+	"strconv"
+	"strings"
 
+	"github.com/ackflow/ackflow/internal/heapfloor"
 	"github.com/rs/zerolog"
 
 	"github.com/spf13/cobra"
 )
 
-// defaultGCPercent trades memory for latency: ackflow's live heap is small
-// (bounded queues and logs) while it allocates per record, so Go's default of
-// 100 collects every few milliseconds and shows up in tail latency (p99 at
-// half load fell from about 20 ms to 8 ms in `ackflow bench` at 400). The
-// GOGC environment variable still overrides it.
-const defaultGCPercent = 400
+// defaultGCPercent and defaultHeapFloor trade memory for latency: ackflow's
+// live heap is small (bounded queues and logs) while it allocates per
+// record, so Go's default of 100 collects every few milliseconds and shows
+// up in tail latency (p99 at half load fell from about 20 ms to 8 ms in
+// `ackflow bench` at 400). At 400 a live heap of 10-20 MB was still
+// collected several times a second; the floor holds the heap goal at 256 MiB
+// at least (package heapfloor). The GOGC environment variable overrides
+// both; ACKFLOW_HEAP_FLOOR sets the floor ("0" for none).
+const (
+	defaultGCPercent = 400
+	defaultHeapFloor = 256 << 20
+)
 
 // Main runs the command line with topos as the topologies this binary can
 // run in cluster mode, and exits.
 func Main(topos Topologies) {
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(defaultGCPercent)
+		floor, err := heapFloor(os.Getenv("ACKFLOW_HEAP_FLOOR"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ackflow:", err)
+			os.Exit(1)
+		}
+		heapfloor.Start(floor, defaultGCPercent)
 	}
 	// Milliseconds in log times: failover takes seconds, and the logs of
 	// several workers are read side by side.
@@ -78,4 +93,37 @@ operates them through NATS alone (submit, list, status, rebalance, kill).`,
 	root.AddCommand(newRunCmd(), newNATSCmd(), newBenchCmd(topos), newCheckpointsCmd())
 	root.AddCommand(clusterCommands(topos)...)
 	return root
+}
+
+// heapFloor reads ACKFLOW_HEAP_FLOOR: a size in bytes with an optional
+// KiB, MiB or GiB suffix, or empty for the default.
+func heapFloor(v string) (uint64, error) {
+	if v == "" {
+		return defaultHeapFloor, nil
+	}
+	n, err := parseSize(v)
+	if err != nil {
+		return 0, fmt.Errorf("ACKFLOW_HEAP_FLOOR=%q: %w; give a size such as 256MiB, or 0 for none", v, err)
+	}
+	return n, nil
+}
+
+// parseSize reads "256MiB", "1GiB", "512KiB" or a number of bytes.
+func parseSize(v string) (uint64, error) {
+	units := []struct {
+		suffix string
+		mult   uint64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+	mult := uint64(1)
+	for _, u := range units {
+		if strings.HasSuffix(v, u.suffix) {
+			v, mult = strings.TrimSpace(strings.TrimSuffix(v, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n > math.MaxUint64/mult {
+		return 0, errors.New("not a size")
+	}
+	return n * mult, nil
 }
