@@ -229,8 +229,11 @@ func (c *inCluster) status(start time.Time) LocalStatus {
 }
 
 // place is local mode's placement for the leader: round-robin over the
-// nodes in their order, and with protect the spouts and stateful bolts on
-// the first live node, away from the nodes crash chaos crashes.
+// nodes in their order, the ackers beside the spouts (withSpouts), and with
+// protect the spouts and stateful bolts on the first live node, away from
+// the nodes crash chaos crashes, and the ackers round-robin over the others
+// (crash chaos still crashes them: a lost acker is part of what such runs
+// test).
 func (c *inCluster) place(tasks []TaskRef, live []string) map[int]string {
 	var order []string
 	for _, n := range c.names {
@@ -252,7 +255,10 @@ func (c *inCluster) place(tasks []TaskRef, live []string) map[int]string {
 			next++
 		}
 	}
-	return out
+	if c.protect && len(order) > 1 {
+		return out
+	}
+	return withSpouts(tasks, out)
 }
 
 // start runs the node name until it is stopped or crashed.

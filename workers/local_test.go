@@ -23,6 +23,7 @@ import (
 // numbers emits 0..n-1, pacing itself so that a run lasts about d.
 type numbers struct {
 	n, next int64
+	base    int64 // the first value: it emits base..base+n-1
 	d       time.Duration
 	start   time.Time
 	out     topology.SpoutCollector
@@ -45,7 +46,7 @@ func (s *numbers) Next(context.Context) error {
 		return nil
 	}
 	for i := 0; i < 50 && s.next < s.n; i++ {
-		s.out.EmitTo(s.stream, topology.MsgID{Offset: s.next}, topology.Values{s.next})
+		s.out.EmitTo(s.stream, topology.MsgID{Offset: s.next}, topology.Values{s.base + s.next})
 		s.next++
 	}
 	return nil

@@ -39,6 +39,7 @@ type TaskRef struct {
 	Component string // the component's name, or "__acker"
 	Index     int    // the task's index among its component's tasks
 	Stateful  bool   // a spout, a keyed or Stateful bolt, or a transactional sink
+	Spout     bool   // a spout task
 }
 
 // Key names the task for assignment: "component[index]". A task keeps
@@ -61,7 +62,7 @@ func Tasks(topo *topology.Topology, cfg Config) ([]TaskRef, error) {
 func (p *plan) refs() []TaskRef {
 	refs := make([]TaskRef, len(p.tasks))
 	for i, t := range p.tasks {
-		refs[i] = TaskRef{ID: t.id, Component: t.name, Index: t.index, Stateful: t.stateful}
+		refs[i] = TaskRef{ID: t.id, Component: t.name, Index: t.index, Stateful: t.stateful, Spout: t.comp != nil && t.comp.IsSpout()}
 	}
 	return refs
 }

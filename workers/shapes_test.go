@@ -9,6 +9,7 @@ package workers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -403,4 +404,57 @@ func TestShapesWithRecycledFrames(t *testing.T) {
 	join.expect(t, "join", n, 2)
 	tally.expect(t, "tally", n, 2)
 	fanned.expect(t, "fanned", n*k, 1)
+}
+
+// TestSeveralSpoutsAndAckersBesideThemAreExact: two spouts on different
+// workers and three ackers, which placement puts beside the spouts (each
+// spout's trees then go to an acker of its own worker), under frame loss,
+// duplication, reordering and failed inputs: a stateful bolt still runs
+// once per value and its sink gets each value once.
+func TestSeveralSpoutsAndAckersBesideThemAreExact(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 2000
+	tally, sink := newRuns(), flowtest.NewSink()
+	b := topology.NewBuilder("two-spouts")
+	b.Spout("low", func() topology.Spout { return &numbers{n: n, d: 2 * time.Second} }, 1).Outputs("n")
+	b.Spout("high", func() topology.Spout { return &numbers{n: n, d: 2 * time.Second, base: n} }, 1).Outputs("n")
+	b.Bolt("pre", func() topology.Bolt { return &pass{} }, 2).Input("low", topology.Shuffle()).Input("high", topology.Shuffle()).Outputs("n")
+	b.Bolt("tally", func() topology.Bolt { return &counter{runs: tally} }, 2).Input("pre", topology.Fields("n")).Outputs("n")
+	b.Bolt("sink", sink.StatefulBolt, 1).Input("tally", topology.Global())
+	c := rough(25, 0.05, 0.01)
+	c.CrashEvery = 0 // crash chaos without checkpoints keeps the ackers off the spouts' worker
+	sum, err := flowtest.Run(context.Background(), build(t, b), flowtest.Options{
+		Guarantee: workers.AtLeastOnce, Workers: 3, Chaos: c, Timeout: 2 * time.Minute,
+		Configure: func(cfg *workers.Config) {
+			cfg.BatchSize, cfg.MaxAttempts, cfg.Ackers = 64, 0, 3
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("placement %s; chaos %+v; resent %d", sum.Placement, sum.Chaos, sum.Resent)
+	for _, want := range []string{"worker 0: low[0]", "worker 1: high[0]"} {
+		if !strings.Contains(sum.Placement, want) {
+			t.Fatalf("placement %q: want %q", sum.Placement, want)
+		}
+	}
+	workerOf := func(task string) string {
+		for _, w := range strings.Split(sum.Placement, "; ") {
+			if strings.Contains(w+" ", " "+task+" ") {
+				return strings.SplitN(w, ":", 2)[0]
+			}
+		}
+		t.Fatalf("%s is not in the placement %q", task, sum.Placement)
+		return ""
+	}
+	for i, spout := range []string{"low[0]", "high[0]", "low[0]"} {
+		if a := fmt.Sprintf("__acker[%d]", i); workerOf(a) != workerOf(spout) {
+			t.Fatalf("%s is on %s, its spout %s on %s", a, workerOf(a), spout, workerOf(spout))
+		}
+	}
+	if sum.Chaos.FramesDropped == 0 || sum.Chaos.InputsFailed == 0 || sum.Component("low").Replayed+sum.Component("high").Replayed == 0 {
+		t.Fatalf("chaos %+v, replayed %d and %d: the test proves nothing", sum.Chaos, sum.Component("low").Replayed, sum.Component("high").Replayed)
+	}
+	tally.expect(t, "tally", 2*n, 1)
+	expectSink(t, sink, 2*n, 1)
 }

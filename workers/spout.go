@@ -79,6 +79,7 @@ type spoutExec struct {
 	retired      map[uint64]retiredTree
 	lastScan     time.Time
 	paused       *spoutPause // a checkpoint in progress: no new roots
+	localAckers  []int       // indices into plan.ackers of the ackers in this worker (localAckers)
 }
 
 func newSpoutExec(b base) *spoutExec {
@@ -88,6 +89,7 @@ func newSpoutExec(b base) *spoutExec {
 		s.selfReplay = sr.ReplaysItself()
 	}
 	s.deadAware, _ = s.spout.(topology.DeadLetterAware)
+	s.localAckers = localAckers(b.r.plan, b.w.slot)
 	return s
 }
 
@@ -522,7 +524,7 @@ func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.V
 		s.acks = append(s.acks, id) // nobody subscribes: the tree is complete
 		return nil
 	}
-	tree := s.edge()
+	tree := s.newTree()
 	var xor uint64
 	for _, d := range s.dsts {
 		e := s.edge()
@@ -540,6 +542,46 @@ func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.V
 	s.pending[tree] = p
 	s.pendingBytes += p.bytes
 	return nil
+}
+
+// newTree draws the random ID of a new tree (Storm's tree ID, one per
+// attempt), such that its acker (plan.ackerFor: the ID modulo the ackers)
+// runs in this worker when one does: placement puts the ackers beside the
+// spouts (withSpouts), and then the INIT and the completion notice of the
+// tree never cross NATS.
+func (s *spoutExec) newTree() uint64 {
+	return treeFor(s.edge(), len(s.r.plan.ackers), s.localAckers)
+}
+
+// treeFor turns the random r into a tree ID whose acker (the ID modulo
+// ackers) is one of local, chosen by r's other bits; with no local acker
+// the ID is r. The IDs stay random apart from their residue, and never 0.
+func treeFor(r uint64, ackers int, local []int) uint64 {
+	if len(local) == 0 {
+		return r
+	}
+	n := uint64(ackers)
+	// Below 2^63, so that the multiple of n plus an index cannot wrap.
+	q := (r >> 1) / n
+	if q == 0 {
+		q = 1 // never tree 0, as edge never draws 0
+	}
+	return q*n + uint64(local[q%uint64(len(local))])
+}
+
+// localAckers returns the indices into p.ackers of the ackers in slot, or
+// nil when they are all there or none is (any tree ID then does as well).
+func localAckers(p *plan, slot int) []int {
+	var local []int
+	for i, a := range p.ackers {
+		if p.assign[a] == slot {
+			local = append(local, i)
+		}
+	}
+	if len(local) == len(p.ackers) {
+		return nil
+	}
+	return local
 }
 
 // Emit implements topology.SpoutCollector.
