@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -124,6 +125,18 @@ func NewMemoryGenerations() *MemoryGenerations {
 // generations is Generations over a bucket.
 type generations struct {
 	b bucket
+
+	// The last generation decoded per topology, by its revision: leaders
+	// and workers read the current generation many times a second (a
+	// local run's every 5 ms), and decoding its JSON each time was most of
+	// the leader's work.
+	mu      sync.Mutex
+	decoded map[string]decodedGeneration
+}
+
+type decodedGeneration struct {
+	rev uint64
+	g   Generation
 }
 
 func (s *generations) Current(ctx context.Context, topology string) (Generation, uint64, error) {
@@ -137,8 +150,28 @@ func (s *generations) Current(ctx context.Context, topology string) (Generation,
 	if err != nil {
 		return Generation{}, 0, fmt.Errorf("cluster: cannot read the generation of topology %s in %s: %w; check the NATS connection and retry", topology, s.b.where(), err)
 	}
+	s.mu.Lock()
+	d, ok := s.decoded[topology]
+	s.mu.Unlock()
+	if ok && d.rev == e.rev {
+		return d.g.clone(), e.rev, nil
+	}
 	g, err := s.decode(e)
+	if err == nil {
+		s.mu.Lock()
+		if s.decoded == nil {
+			s.decoded = map[string]decodedGeneration{}
+		}
+		s.decoded[topology] = decodedGeneration{rev: e.rev, g: g.clone()}
+		s.mu.Unlock()
+	}
 	return g, e.rev, err
+}
+
+// clone copies g's maps, so that a caller may change what it got.
+func (g Generation) clone() Generation {
+	g.Parallelism, g.Assignment, g.Moves = maps.Clone(g.Parallelism), maps.Clone(g.Assignment), maps.Clone(g.Moves)
+	return g
 }
 
 // Next reads the current generation to check g.Number against it; the

@@ -71,6 +71,11 @@ func (c *inCluster) running(name string) bool {
 // end of the run).
 const inClusterTiming = 5 * time.Millisecond
 
+// inClusterQuiet is how long a node's report may wait when it would tell
+// the leader nothing new (NodeConfig.quietEvery): the ones that end a run
+// still go out within inClusterTiming.
+const inClusterQuiet = 100 * time.Millisecond
+
 // runInProcessCluster runs topo, whose tasks under cfg are refs.
 func runInProcessCluster(ctx context.Context, topo *topology.Topology, cfg Config, refs []TaskRef) (*Summary, error) {
 	c := &inCluster{topo: topo, cfg: cfg, rt: cfg, fig: newFigures(), refs: refs, nodes: map[string]*inNode{}, starts: map[string]uint64{}, seen: map[string]time.Time{}, nodeErrs: make(chan error, cfg.Workers)}
@@ -275,7 +280,7 @@ func (c *inCluster) start(name string) {
 		n.co = co
 		c.mu.Unlock()
 	}
-	cfg := NodeConfig{Name: name, NATSURL: c.url, Runtime: c.rt, Memory: c.memory, StatusEvery: inClusterTiming, Place: c.place, named: c.topo.Name, opened: opened,
+	cfg := NodeConfig{Name: name, NATSURL: c.url, Runtime: c.rt, Memory: c.memory, StatusEvery: inClusterTiming, quietEvery: inClusterQuiet, Place: c.place, named: c.topo.Name, opened: opened,
 		Members:    cluster.MembersConfig{HeartbeatEvery: c.rt.HeartbeatEvery, DeadAfter: c.rt.DeadAfter},
 		Topologies: map[string]func(map[string]string) (*topology.Topology, error){c.topo.Name: func(map[string]string) (*topology.Topology, error) { return c.topo, nil }}}
 	go func() {

@@ -58,6 +58,9 @@ type runner struct {
 	superseded bool
 	store      checkpoint.Store
 	built      map[uint64]*topology.Topology // by spec revision
+	// The last report put, for NodeConfig.quietEvery.
+	lastKey quietKey
+	lastPut time.Time
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -575,6 +578,32 @@ func (r *runner) writeMetrics(w *metrics.Writer) {
 	w.Add(metrics.SlotMoves, float64(r.moves.Load()), r.name)
 }
 
+// quietKey is what the leader decides from in a report: the generation
+// and its start, failures, and whether the sources are done and nothing
+// is in flight (checkFinished, drained). A report with the same key as
+// the last one put may wait (NodeConfig.quietEvery).
+type quietKey struct {
+	generation, failed, checkpoint, restoredFrom uint64
+	err                                          string
+	superseded, leader, begun                    bool
+	tasks                                        int
+	spoutsDone, drained                          bool
+}
+
+func (rep Report) quietKey() quietKey {
+	k := quietKey{generation: rep.Generation, failed: rep.Failed, checkpoint: rep.Checkpoint, restoredFrom: rep.RestoredFrom,
+		err: rep.Error, superseded: rep.Superseded, leader: rep.Leader}
+	if st := rep.Status; st != nil {
+		k.begun, k.tasks, k.spoutsDone, k.drained = st.Begun, len(st.Tasks), true, st.Unprocessed == 0
+		for _, t := range st.Tasks {
+			if t.Spout && (!t.Exhausted || t.Pending > 0) {
+				k.spoutsDone = false
+			}
+		}
+	}
+	return k
+}
+
 // report publishes what this worker runs of the topology.
 func (r *runner) report(ctx context.Context) {
 	rep := Report{Member: r.n.cfg.Name, Error: r.lastErr, Failed: r.failedGen, Superseded: r.superseded, Updated: time.Now()}
@@ -592,6 +621,13 @@ func (r *runner) report(ctx context.Context) {
 		rep.Leader, rep.Checkpoint = true, l.Latest()
 	}
 	r.mu.Unlock()
+	if quiet := r.n.cfg.quietEvery; quiet > 0 {
+		key := rep.quietKey()
+		if key == r.lastKey && rep.Updated.Sub(r.lastPut) < quiet {
+			return
+		}
+		r.lastKey, r.lastPut = key, rep.Updated
+	}
 	rctx, cancel := context.WithTimeout(ctx, r.n.cfg.StatusEvery)
 	defer cancel()
 	if err := r.n.statuses.Put(rctx, encodeReport(r.name, rep)); err != nil && ctx.Err() == nil {

@@ -251,3 +251,52 @@ func TestAGenerationWhoseCheckpointWasReplaced(t *testing.T) {
 		}
 	}
 }
+
+// TestQuietKeySaysWhatTheLeaderDecidesFrom: a report whose only news is
+// its counters may wait (NodeConfig.quietEvery); one that says the sources
+// are done, the records drained, a task failed, or another generation, may
+// not.
+func TestQuietKeySaysWhatTheLeaderDecidesFrom(t *testing.T) {
+	base := func() Report {
+		return Report{Member: "w1", Generation: 4, Updated: time.Unix(100, 0), Status: &MemberStatus{
+			Generation: 4, Begun: true, Records: 1000, Unprocessed: 37,
+			Tasks: []TaskStatus{{Task: 0, Component: "lines", Spout: true, Pending: 12}, {Task: 1, Component: "split", Queue: 3, Capacity: 0.5}},
+		}}
+	}
+	same := map[string]func(*Report){
+		"later":                 func(r *Report) { r.Updated = r.Updated.Add(time.Second) },
+		"more records":          func(r *Report) { r.Status.Records = 5000 },
+		"fewer in flight":       func(r *Report) { r.Status.Unprocessed = 5 },
+		"other pending":         func(r *Report) { r.Status.Tasks[0].Pending = 4000 },
+		"queue and load":        func(r *Report) { r.Status.Tasks[1].Queue, r.Status.Tasks[1].Capacity = 60, 1 },
+		"exhausted but pending": func(r *Report) { r.Status.Tasks[0].Exhausted = true },
+	}
+	news := map[string]func(*Report){
+		"sources done":    func(r *Report) { r.Status.Tasks[0].Exhausted, r.Status.Tasks[0].Pending = true, 0 },
+		"drained":         func(r *Report) { r.Status.Unprocessed = 0 },
+		"failed":          func(r *Report) { r.Failed, r.Error = 4, "split: boom" },
+		"superseded":      func(r *Report) { r.Failed, r.Superseded = 4, true },
+		"next generation": func(r *Report) { r.Generation, r.Status.Generation = 5, 5 },
+		"not begun":       func(r *Report) { r.Status.Begun = false },
+		"a slot moved in": func(r *Report) { r.Status.Tasks = append(r.Status.Tasks, TaskStatus{Task: 2}) },
+		"leads":           func(r *Report) { r.Leader, r.Checkpoint = true, 3 },
+		"new checkpoint":  func(r *Report) { r.Checkpoint = 3 },
+		"restored":        func(r *Report) { r.RestoredFrom = 2 },
+		"no status":       func(r *Report) { r.Status = nil },
+	}
+	want := base().quietKey()
+	for name, edit := range same {
+		rep := base()
+		edit(&rep)
+		if rep.quietKey() != want {
+			t.Errorf("%s: the key changed, so the report would go out every round", name)
+		}
+	}
+	for name, edit := range news {
+		rep := base()
+		edit(&rep)
+		if rep.quietKey() == want {
+			t.Errorf("%s: the key did not change, so the leader could hear of it %v late", name, inClusterQuiet)
+		}
+	}
+}

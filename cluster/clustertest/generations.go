@@ -19,6 +19,7 @@ type generationsOpener = func(t *testing.T) cluster.Generations
 func RunGenerations(t *testing.T, open func(t *testing.T) cluster.Generations) {
 	cases(t, open, []namedCase[generationsOpener]{
 		{"FirstGeneration", firstGeneration},
+		{"CurrentIsACopy", currentIsACopy},
 		{"NextIsCompareAndSet", nextCAS},
 		{"AmendMovesSlotsOnly", amendMoves},
 		{"RacingLeadersOneWins", racingLeaders},
@@ -77,6 +78,26 @@ func firstGeneration(t *testing.T, open generationsOpener) {
 	got, gotRev := current(t, s, "wc")
 	if !sameGeneration(got, sampleGeneration("wc", 1)) || gotRev != rev || rev == 0 {
 		t.Fatalf("Current = %+v at %d, want generation 1 as written at %d", got, gotRev, rev)
+	}
+}
+
+// currentIsACopy: what Current returns may be changed without changing
+// what the next Current returns, and a write is seen at once, however
+// often the generation was read before.
+func currentIsACopy(t *testing.T, open generationsOpener) {
+	s := open(t)
+	rev := next(t, s, sampleGeneration("wc", 1), 0)
+	for range 3 {
+		g, _ := current(t, s, "wc")
+		g.Assignment[0], g.Parallelism["split"] = "elsewhere", 99
+		g.Moves = map[string]cluster.Move{"w1": {To: "w9", Incarnation: 1}}
+	}
+	if got, _ := current(t, s, "wc"); !sameGeneration(got, sampleGeneration("wc", 1)) {
+		t.Fatalf("Current = %+v after a caller changed what it got; want generation 1 as written", got)
+	}
+	next(t, s, sampleGeneration("wc", 2), rev)
+	if got, _ := current(t, s, "wc"); !sameGeneration(got, sampleGeneration("wc", 2)) {
+		t.Fatalf("Current = %+v after generation 2 was written, want generation 2", got)
 	}
 }
 
