@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 func TestStateSnapshotRoundTrip(t *testing.T) {
@@ -157,4 +158,52 @@ func BenchmarkCountersAdd(b *testing.B) {
 		c.Add(words[i&(len(words)-1)], 1)
 		i++
 	}
+}
+
+// TestStateSnapshotFormat: the encoding is the documented one (version,
+// key groups, then per collection its kind, name, non-empty groups and
+// their entries), so checkpoints taken by other builds restore, and each
+// key is listed under its own key group.
+func TestStateSnapshotFormat(t *testing.T) {
+	s := NewState(4)
+	s.Counters("c").Add("a", 5)
+	s.Map("m").Put("b", []byte("xy"))
+	ga, gb := byte(s.KeyGroup("a")), byte(s.KeyGroup("b"))
+	want := []byte{stateVersion, 4,
+		kindCounters, 1, 'c', 1, ga, 1, 1, 'a', 10, // varint 5 is 10
+		kindMap, 1, 'm', 1, gb, 1, 1, 'b', 2, 'x', 'y'}
+	if got := s.AppendSnapshot(nil); string(got) != string(want) {
+		t.Fatalf("snapshot %v, want %v", got, want)
+	}
+	r := NewState(4)
+	if err := r.Restore(want); err != nil || r.Counters("c").Get("a") != 5 {
+		t.Fatalf("restoring the documented encoding: %v, a = %d", err, r.Counters("c").Get("a"))
+	}
+}
+
+// TestStateKeysAreCopies: a key taken from a longer string does not keep
+// that string alive (its bytes are copied on insert).
+func TestStateKeysAreCopies(t *testing.T) {
+	line := "the quick brown fox"
+	s := NewState(4)
+	s.Counters("c").Add(line[4:9], 1)
+	s.Map("m").Put(line[10:15], nil)
+	for _, keys := range [][]string{counterKeys(s.Counters("c")), mapKeys(s.Map("m"))} {
+		for _, k := range keys {
+			if p := unsafe.StringData(k); uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(unsafe.StringData(line))) &&
+				uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(unsafe.StringData(line)))+uintptr(len(line)) {
+				t.Fatalf("key %q shares the bytes of the line it came from", k)
+			}
+		}
+	}
+}
+
+func counterKeys(c *Counters) (keys []string) {
+	c.Range(func(k string, _ int64) bool { keys = append(keys, k); return true })
+	return keys
+}
+
+func mapKeys(m *Map) (keys []string) {
+	m.Range(func(k string, _ []byte) bool { keys = append(keys, k); return true })
+	return keys
 }
