@@ -58,9 +58,11 @@ type runner struct {
 	superseded bool
 	store      checkpoint.Store
 	built      map[uint64]*topology.Topology // by spec revision
-	// The last report put, for NodeConfig.quietEvery.
-	lastKey quietKey
-	lastPut time.Time
+	// The last report put, and the counts of the last look, for
+	// NodeConfig.quietEvery.
+	lastKey                      quietKey
+	lastPut                      time.Time
+	lastRecords, lastUnprocessed int64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -579,22 +581,29 @@ func (r *runner) writeMetrics(w *metrics.Writer) {
 }
 
 // quietKey is what the leader decides from in a report: the generation
-// and its start, failures, and whether the sources are done and nothing
-// is in flight (checkFinished, drained). A report with the same key as
-// the last one put may wait (NodeConfig.quietEvery).
+// and its start, failures, whether the sources are done, and once the
+// member's records stopped moving (idle: no record emitted or processed
+// since the last look) the records it counts in flight, which the leader
+// adds up over the members to see the end of a run without checkpoints
+// (drained; a member's own count need not reach 0). A report with the
+// same key as the last one put may wait (NodeConfig.quietEvery).
 type quietKey struct {
 	generation, failed, checkpoint, restoredFrom uint64
 	err                                          string
 	superseded, leader, begun                    bool
 	tasks                                        int
-	spoutsDone, drained                          bool
+	spoutsDone, idle                             bool
+	unprocessed                                  int64 // when idle
 }
 
-func (rep Report) quietKey() quietKey {
+func (rep Report) quietKey(idle bool) quietKey {
 	k := quietKey{generation: rep.Generation, failed: rep.Failed, checkpoint: rep.Checkpoint, restoredFrom: rep.RestoredFrom,
-		err: rep.Error, superseded: rep.Superseded, leader: rep.Leader}
+		err: rep.Error, superseded: rep.Superseded, leader: rep.Leader, idle: idle}
 	if st := rep.Status; st != nil {
-		k.begun, k.tasks, k.spoutsDone, k.drained = st.Begun, len(st.Tasks), true, st.Unprocessed == 0
+		k.begun, k.tasks, k.spoutsDone = st.Begun, len(st.Tasks), true
+		if idle {
+			k.unprocessed = st.Unprocessed
+		}
 		for _, t := range st.Tasks {
 			if t.Spout && (!t.Exhausted || t.Pending > 0) {
 				k.spoutsDone = false
@@ -622,7 +631,12 @@ func (r *runner) report(ctx context.Context) {
 	}
 	r.mu.Unlock()
 	if quiet := r.n.cfg.quietEvery; quiet > 0 {
-		key := rep.quietKey()
+		idle := true
+		if st := rep.Status; st != nil {
+			idle = st.Records == r.lastRecords && st.Unprocessed == r.lastUnprocessed
+			r.lastRecords, r.lastUnprocessed = st.Records, st.Unprocessed
+		}
+		key := rep.quietKey(idle)
 		if key == r.lastKey && rep.Updated.Sub(r.lastPut) < quiet {
 			return
 		}

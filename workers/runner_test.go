@@ -273,7 +273,6 @@ func TestQuietKeySaysWhatTheLeaderDecidesFrom(t *testing.T) {
 	}
 	news := map[string]func(*Report){
 		"sources done":    func(r *Report) { r.Status.Tasks[0].Exhausted, r.Status.Tasks[0].Pending = true, 0 },
-		"drained":         func(r *Report) { r.Status.Unprocessed = 0 },
 		"failed":          func(r *Report) { r.Failed, r.Error = 4, "split: boom" },
 		"superseded":      func(r *Report) { r.Failed, r.Superseded = 4, true },
 		"next generation": func(r *Report) { r.Generation, r.Status.Generation = 5, 5 },
@@ -284,19 +283,32 @@ func TestQuietKeySaysWhatTheLeaderDecidesFrom(t *testing.T) {
 		"restored":        func(r *Report) { r.RestoredFrom = 2 },
 		"no status":       func(r *Report) { r.Status = nil },
 	}
-	want := base().quietKey()
+	want := base().quietKey(false)
 	for name, edit := range same {
 		rep := base()
 		edit(&rep)
-		if rep.quietKey() != want {
+		if rep.quietKey(false) != want {
 			t.Errorf("%s: the key changed, so the report would go out every round", name)
 		}
 	}
 	for name, edit := range news {
 		rep := base()
 		edit(&rep)
-		if rep.quietKey() == want {
+		if rep.quietKey(false) == want {
 			t.Errorf("%s: the key did not change, so the leader could hear of it %v late", name, inClusterQuiet)
+		}
+	}
+	// Once the records stop moving, the count in flight is news: the
+	// leader adds the members' counts up to see that none is left.
+	idle := base().quietKey(true)
+	if idle == want {
+		t.Error("a member going idle does not report it")
+	}
+	for _, n := range []int64{0, 5, -37} {
+		rep := base()
+		rep.Status.Unprocessed = n
+		if rep.quietKey(true) == idle {
+			t.Errorf("idle with %d in flight instead of 37: the key did not change", n)
 		}
 	}
 }
