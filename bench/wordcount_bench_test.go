@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ func BenchmarkWordCount(b *testing.B) {
 	}{{"at-most-once", workers.AtMostOnce, true}, {"at-least-once", workers.AtLeastOnce, true}, {"at-least-once-dedup", workers.AtLeastOnce, false}} {
 		b.Run(m.name, func(b *testing.B) {
 			var records, secs float64
+			cpu0 := processCPU()
 			for b.Loop() {
 				sum, lostWords, err := s.wordCount(context.Background(), wordcount.Config{}, func(c *workers.Config) { c.Guarantee, c.NoDedup = m.g, m.noDedup })
 				if err != nil {
@@ -36,8 +38,21 @@ func BenchmarkWordCount(b *testing.B) {
 				secs += sum.Duration.Seconds()
 			}
 			b.ReportMetric(records/secs, "records/s")
+			// CPU time of the whole process (both workers, the NATS server)
+			// per record: steadier than records/s on a shared machine, where
+			// a slow spell stretches a run but not the work it does.
+			b.ReportMetric(float64(processCPU()-cpu0)/records, "cpu-ns/record")
 		})
 	}
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkPacedWordCount runs the latency row's word count (at-least-once,
