@@ -149,8 +149,14 @@ func (*SplitBolt) Execute(in *topology.Tuple, out topology.BasicCollector) error
 	if err != nil {
 		return err
 	}
-	for _, w := range SplitWords(line) {
-		out.Emit(topology.Values{w})
+	// One Values array for the line's words, each record a one-element
+	// slice of it (capped, so that nothing appends over the next word):
+	// an allocation per line instead of one per word.
+	words := SplitWords(line)
+	vals := make(topology.Values, len(words))
+	for i, w := range words {
+		vals[i] = w
+		out.Emit(vals[i : i+1 : i+1])
 	}
 	return nil
 }
