@@ -271,7 +271,9 @@ func (b *boltExec) processRecords(f *wire.Frame, i int) (next int) {
 		t.ID, t.Component, t.Stream, t.Task, t.Values, t.Schema = rec.ID, src.name, rec.Stream, int(rec.SrcTask), rec.Values, schema
 		t.Tracking().Anchors = rec.Anchors
 		b.dispatch(t)
-		b.runReady()
+		if len(b.ready) > 0 { // a call per record for an empty list was 3% of the CPU samples
+			b.runReady()
+		}
 	}
 	return next
 }
