@@ -26,7 +26,15 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  (not measured: %s)\n", u)
 	}
 	l := r.Latency
-	fmt.Fprintf(w, "\ncomplete latency at %.0f records/s (50%% of the at-least-once peak): p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms\n", l.LoadRecordsPerSec, l.P50Ms, l.P99Ms, l.P999Ms)
+	fmt.Fprintf(w, "\ncomplete latency at %.0f records/s (50%% of the at-least-once peak), median of %d runs: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms", l.LoadRecordsPerSec, len(l.P99RunsMs), l.P50Ms, l.P99Ms, l.P999Ms)
+	if len(l.P99RunsMs) > 1 {
+		fmt.Fprint(w, " (p99 of each run:")
+		for i, p := range l.P99RunsMs {
+			fmt.Fprintf(w, "%s %.2f", map[bool]string{true: "", false: ","}[i == 0], p)
+		}
+		fmt.Fprint(w, " ms)")
+	}
+	fmt.Fprintln(w)
 	fmt.Fprint(w, "\nscaling (at-least-once, dedup off):\n")
 	for _, s := range r.Parallelism {
 		fmt.Fprintf(w, "  parallelism %d: %.0f records/s\n", s.Parallelism, s.RecordsPerSec)

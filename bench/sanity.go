@@ -34,6 +34,9 @@ func (r *Report) Impossible() []string {
 	if l := r.Latency; l.P99Ms > 0 && (l.P50Ms > l.P99Ms || l.P99Ms > l.P999Ms) {
 		add("latency percentiles out of order: p50 %.2f, p99 %.2f, p99.9 %.2f ms", l.P50Ms, l.P99Ms, l.P999Ms)
 	}
+	if l := r.Latency; len(l.P99RunsMs) > 0 && l.P99Ms != median(l.P99RunsMs) {
+		add("latency p99 %.2f ms is not the median of its runs %v", l.P99Ms, l.P99RunsMs)
+	}
 	if m := r.Memory; m.HeapSysBytes > 0 {
 		for _, f := range []struct {
 			what    string

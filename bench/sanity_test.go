@@ -12,7 +12,7 @@ func saneReport() *Report {
 	return &Report{
 		Rows: []Row{{Name: "plain-go", RecordsPerSec: 1e7, Records: 1e7, Seconds: 1, VsPlainGo: 1},
 			{Name: "at-least-once", RecordsPerSec: 2e6, Records: 1e6, Seconds: 0.5, VsPlainGo: 0.2}},
-		Latency:  Latency{LoadRecordsPerSec: 1e6, P50Ms: 0.5, P99Ms: 4, P999Ms: 9},
+		Latency:  Latency{LoadRecordsPerSec: 1e6, P50Ms: 0.5, P99Ms: 4, P999Ms: 9, P99RunsMs: []float64{7, 3.5, 4}},
 		Recovery: Recovery{Crashes: 2, TreesCompleteMs: []float64{400}, Throughput90Ms: []float64{450}, EndedFirst: 1},
 		Memory: Memory{AckerBytesPerTree: 40, LogBytesPerEntry: 250, DedupBitsPerID: 25, AckerTrees: 200_000, LogEntries: 100_000,
 			HeapSysBytes: 1 << 30},
@@ -39,6 +39,7 @@ func TestImpossibleFigures(t *testing.T) {
 		{"negative lost", "Rows[1].Lost is -3", func(r *Report) { r.Rows[1].Lost = -3 }},
 		{"rate not records/seconds", "row at-least-once: 3000000 records/s", func(r *Report) { r.Rows[1].RecordsPerSec = 3e6 }},
 		{"percentiles out of order", "percentiles out of order", func(r *Report) { r.Latency.P50Ms = 5 }},
+		{"p99 not the median of its runs", "not the median of its runs", func(r *Report) { r.Latency.P99RunsMs[2] = 3.6 }},
 		{"bytes per tree beyond the heap (an unsigned underflow)", "acker bytes per pending tree: 92233720368338.5", func(r *Report) { r.Memory.AckerBytesPerTree = 92233720368338.5 }},
 		{"log bytes beyond the heap", "output log bytes per entry", func(r *Report) { r.Memory.LogBytesPerEntry = 1 << 20 }},
 		{"dedup under a bit", "bits per ID", func(r *Report) { r.Memory.DedupBitsPerID = 0.5 }},
@@ -93,5 +94,22 @@ func TestCPUTimes(t *testing.T) {
 	}
 	if !ok || j.total == 0 || j.steal > j.total {
 		t.Fatalf("cpuTimes() = %+v, %v; want a total and steal within it", j, ok)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{9, 1, 4}, 4}, {[]float64{4, 1, 9, 2}, 3}, {[]float64{2, 2, 8}, 2}} {
+		in := append([]float64(nil), c.xs...)
+		if got := median(c.xs); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.xs, got, c.want)
+		}
+		for i := range in {
+			if in[i] != c.xs[i] {
+				t.Fatalf("median reordered its input: %v, was %v", c.xs, in)
+			}
+		}
 	}
 }

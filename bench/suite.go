@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,9 +64,12 @@ type Row struct {
 // Latency is complete latency of at-least-once word count at a fixed load.
 type Latency struct {
 	LoadRecordsPerSec float64 `json:"load_records_per_sec"`
-	P50Ms             float64 `json:"p50_ms"`
-	P99Ms             float64 `json:"p99_ms"`
-	P999Ms            float64 `json:"p999_ms"`
+	// The median over latencyRuns runs of each percentile.
+	P50Ms  float64 `json:"p50_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	P999Ms float64 `json:"p999_ms"`
+	// P99RunsMs is every run's p99, in the order they ran.
+	P99RunsMs []float64 `json:"p99_runs_ms,omitempty"`
 }
 
 // ScaleRow is throughput at one parallelism or record size.
@@ -192,6 +196,7 @@ type suite struct {
 	dir    string
 	input  string   // path of the word count input
 	lines  []string // the same input, for the JetStream chain
+	text   string   // the same input, for plainGoRun
 	oracle map[string]int64
 	rep    *Report
 }
@@ -265,35 +270,45 @@ func (s *suite) prepareInput(copies int) error {
 // plainGo is the floor every row is read against: the same word count as
 // one goroutine of plain Go over the text in memory (split each line,
 // count in a map), with the records the topology moves (lines and words).
-// The best of three runs counts.
+// The best of three runs counts: this one, and one before each of the
+// later rounds of the guarantees' runs (modes), so that the floor is
+// sampled across the same minutes as the rows read against it, not only
+// in the suite's first second (on this shared machine runs of it a
+// minute apart differed by half).
 func (s *suite) plainGo(context.Context) error {
 	text, err := os.ReadFile(s.input)
 	if err != nil {
 		return fmt.Errorf("bench: reading the input: %w", err)
 	}
-	var best time.Duration
+	s.text = string(text)
+	s.plainGoRun()
+	return nil
+}
+
+// plainGoRun runs the plain Go word count once and keeps the plain-go row
+// at its best run.
+func (s *suite) plainGoRun() {
+	start := time.Now()
+	counts := map[string]int64{}
 	var records int64
-	var counts map[string]int64
-	for range 3 {
-		start := time.Now()
-		counts = map[string]int64{}
-		records = 0
-		for _, line := range strings.Split(strings.TrimSuffix(string(text), "\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimSuffix(s.text, "\n"), "\n") {
+		records++
+		for _, w := range wordcount.SplitWords(line) {
+			counts[w]++
 			records++
-			for _, w := range wordcount.SplitWords(line) {
-				counts[w]++
-				records++
-			}
-		}
-		if d := time.Since(start); best == 0 || d < best {
-			best = d
 		}
 	}
-	rate := float64(records) / best.Seconds()
-	s.rep.Rows = append(s.rep.Rows, Row{Name: "plain-go", RecordsPerSec: rate, Records: records, Seconds: best.Seconds(), Lost: lost(counts, s.oracle),
-		Note: "the floor: one goroutine splits the text in memory and counts in a map; no runtime, no NATS"})
+	d := time.Since(start)
+	rate := float64(records) / d.Seconds()
 	s.logf("plain Go: %.0f records/s", rate)
-	return nil
+	if r := s.rep.Row("plain-go"); r != nil {
+		if rate > r.RecordsPerSec {
+			r.RecordsPerSec, r.Records, r.Seconds, r.Lost = rate, records, d.Seconds(), lost(counts, s.oracle)
+		}
+		return
+	}
+	s.rep.Rows = append(s.rep.Rows, Row{Name: "plain-go", RecordsPerSec: rate, Records: records, Seconds: d.Seconds(), Lost: lost(counts, s.oracle),
+		Note: "the floor: one goroutine splits the text in memory and counts in a map; no runtime, no NATS; best of 3 runs taken between the guarantees' rounds"})
 }
 
 func (s *suite) raw(ctx context.Context) error {
@@ -364,6 +379,9 @@ func (s *suite) modes(ctx context.Context) error {
 		{"exactly-once", workers.ExactlyOnce, false}}
 	rows := make([]Row, len(modes))
 	for round := range modeRuns {
+		if round > 0 {
+			s.plainGoRun() // the floor's other runs, between the rounds
+		}
 		for i, m := range modes {
 			sum, lostWords, err := s.wordCount(ctx, wordcount.Config{}, func(c *workers.Config) { c.Guarantee, c.NoDedup = m.g, m.noDedup })
 			if err != nil {
@@ -410,19 +428,43 @@ func (s *suite) halfLoad(row string) (linesPerSec, recordsPerSec float64) {
 	return r.RecordsPerSec / 2 / recordsPerLine, r.RecordsPerSec / 2
 }
 
+// latencyRuns is how many paced runs the latency row takes the median
+// of. One run's p99 is set by its slowest one percent of trees, which a
+// single slow spell of a shared machine fills: runs of one build minutes
+// apart gave 4.5 and 10.2 ms. The median of three is as likely to be
+// above the truth as below it; every run's p99 is reported too.
+const latencyRuns = 3
+
 func (s *suite) latency(ctx context.Context) error {
 	lps, rps := s.halfLoad("at-least-once")
-	sum, lostWords, err := s.wordCount(ctx, wordcount.Config{LinesPerSec: lps}, func(c *workers.Config) { c.Guarantee, c.NoDedup = workers.AtLeastOnce, true })
-	if err != nil {
-		return fmt.Errorf("bench: latency run: %w", err)
+	var p50, p99, p999 []float64
+	for i := range latencyRuns {
+		sum, lostWords, err := s.wordCount(ctx, wordcount.Config{LinesPerSec: lps}, func(c *workers.Config) { c.Guarantee, c.NoDedup = workers.AtLeastOnce, true })
+		if err != nil {
+			return fmt.Errorf("bench: latency run: %w", err)
+		}
+		if lostWords > 0 {
+			return fmt.Errorf("bench: latency run lost %d words", lostWords)
+		}
+		l := sum.Component("lines")
+		p50, p99, p999 = append(p50, ms(l.LatencyP50)), append(p99, ms(l.LatencyP99)), append(p999, ms(l.LatencyP999))
+		s.logf("latency at %.0f records/s (run %d of %d): p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms", rps, i+1, latencyRuns, p50[i], p99[i], p999[i])
 	}
-	if lostWords > 0 {
-		return fmt.Errorf("bench: latency run lost %d words", lostWords)
-	}
-	l := sum.Component("lines")
-	s.rep.Latency = Latency{LoadRecordsPerSec: rps, P50Ms: ms(l.LatencyP50), P99Ms: ms(l.LatencyP99), P999Ms: ms(l.LatencyP999)}
-	s.logf("latency at %.0f records/s: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms", rps, s.rep.Latency.P50Ms, s.rep.Latency.P99Ms, s.rep.Latency.P999Ms)
+	s.rep.Latency = Latency{LoadRecordsPerSec: rps, P50Ms: median(p50), P99Ms: median(p99), P999Ms: median(p999), P99RunsMs: p99}
 	return nil
+}
+
+// median returns the middle of xs (the mean of the two middle values for
+// an even count), without reordering xs.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 func (s *suite) scaling(ctx context.Context) error {
