@@ -85,8 +85,11 @@ type Generations interface {
 	// it is still at prevRev: only g.Moves may differ. ErrConflict if
 	// another writer won.
 	Amend(ctx context.Context, g Generation, prevRev uint64) (uint64, error)
-	// Watch sends the current generation, if there is one, then every new
-	// one until ctx ends; then it closes the channel. It closes it earlier
+	// Watch sends the current generation, if there is one, then the new
+	// ones, in order, until ctx ends; then it closes the channel. A
+	// generation replaced before the watch sent it may be skipped (a KV
+	// bucket keeps only a key's latest value), so a receiver acts on the
+	// newest it has seen, which is what workers need. It closes it earlier
 	// if the watch breaks: a receiver that sees it closed while ctx is live
 	// watches again. Deletions are not sent.
 	Watch(ctx context.Context, topology string) (<-chan Generation, error)

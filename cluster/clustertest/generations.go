@@ -243,10 +243,15 @@ func watchGenerations(t *testing.T, open generationsOpener) {
 	next(t, s, sampleGeneration("wc2", 1), 0) // a name that starts with wc
 	rev = next(t, s, sampleGeneration("wc", 2), rev)
 	next(t, s, sampleGeneration("wc", 3), rev)
-	for _, want := range []uint64{2, 3} {
-		if g, _ := receive(t, ch, 5*time.Second, "a new generation", anyGen); !sameGeneration(g, sampleGeneration("wc", want)) {
-			t.Fatalf("the watch sent %+v, want generation %d of wc", g, want)
+	// Generation 2 may be skipped: a bucket that keeps only the latest
+	// value of a key drops it when 3 is written before the watch sent it
+	// (Watch says so). What is sent comes in order, and 3 comes.
+	for last := uint64(1); last < 3; {
+		g, _ := receive(t, ch, 5*time.Second, "a new generation", anyGen)
+		if g.Number <= last || !sameGeneration(g, sampleGeneration("wc", g.Number)) {
+			t.Fatalf("the watch sent %+v after generation %d, want a newer generation of wc", g, last)
 		}
+		last = g.Number
 	}
 	quiet(t, fresh, 200*time.Millisecond, "a topology without generations has nothing to send")
 	next(t, s, sampleGeneration("fresh", 1), 0)
