@@ -28,9 +28,10 @@ func (r *Report) WriteTable(w io.Writer) {
 	l := r.Latency
 	fmt.Fprintf(w, "\ncomplete latency at %.0f records/s (50%% of the at-least-once peak), median of %d runs: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms", l.LoadRecordsPerSec, len(l.P99RunsMs), l.P50Ms, l.P99Ms, l.P999Ms)
 	if len(l.P99RunsMs) > 1 {
-		fmt.Fprint(w, " (p99 of each run:")
-		for i, p := range l.P99RunsMs {
-			fmt.Fprintf(w, "%s %.2f", map[bool]string{true: "", false: ","}[i == 0], p)
+		sep := " (p99 of each run: "
+		for _, p := range l.P99RunsMs {
+			fmt.Fprintf(w, "%s%.2f", sep, p)
+			sep = ", "
 		}
 		fmt.Fprint(w, " ms)")
 	}
