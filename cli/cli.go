@@ -27,8 +27,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ackflow/ackflow/internal/heapfloor"
+	"github.com/ackflow/ackflow/internal/hugepages"
 	"github.com/rs/zerolog"
 
 	"github.com/spf13/cobra"
@@ -47,16 +49,30 @@ const (
 	defaultHeapFloor = 256 << 20
 )
 
+// hugePagesEvery is how often the heap's new mappings are advised for
+// transparent huge pages (package hugepages): the runtime maps the heap 64
+// MiB at a time, and the pages it touches before the advice are 4 KiB
+// ones. ACKFLOW_HUGEPAGES=0 turns the advice off.
+const hugePagesEvery = 50 * time.Millisecond
+
 // Main runs the command line with topos as the topologies this binary can
 // run in cluster mode, and exits.
 func Main(topos Topologies) {
+	var floor uint64
 	if os.Getenv("GOGC") == "" {
-		floor, err := heapFloor(os.Getenv("ACKFLOW_HEAP_FLOOR"))
-		if err != nil {
+		var err error
+		if floor, err = heapFloor(os.Getenv("ACKFLOW_HEAP_FLOOR")); err != nil {
 			fmt.Fprintln(os.Stderr, "ackflow:", err)
 			os.Exit(1)
 		}
 		heapfloor.Start(floor, defaultGCPercent)
+	}
+	if os.Getenv("ACKFLOW_HUGEPAGES") != "0" {
+		// The heap grows to the floor before its first collection: advise
+		// that much at once.
+		if _, err := hugepages.Start(hugePagesEvery, floor); err != nil {
+			fmt.Fprintln(os.Stderr, "ackflow: warning: the heap goes on with 4 KiB pages:", err)
+		}
 	}
 	// Milliseconds in log times: failover takes seconds, and the logs of
 	// several workers are read side by side.

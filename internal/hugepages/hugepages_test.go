@@ -1,0 +1,141 @@
+package hugepages
+
+import (
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+func TestParseMode(t *testing.T) {
+	for in, want := range map[string]string{
+		"always [madvise] never\n": "madvise",
+		"[always] madvise never\n": "always",
+		"always madvise [never]\n": "never",
+		"":                         "",
+		"always madvise never\n":   "",
+		"] [":                      "",
+	} {
+		if got := parseMode([]byte(in)); got != want {
+			t.Errorf("parseMode(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestHeapSpans: only private writable anonymous mappings inside the range
+// count; the binary, named mappings, reservations and memory outside the
+// range do not.
+func TestHeapSpans(t *testing.T) {
+	maps := `00400000-00e7e000 r-xp 00000000 fd:01 1234                       /usr/bin/ackflow
+02558000-0459e000 rw-p 00000000 00:00 0
+26557000-26578000 rw-p 00000000 00:00 0                                  [heap]
+12220000000-12221800000 ---p 00000000 00:00 0
+12221800000-1222e400000 rw-p 00000000 00:00 0
+1222e400000-12230000000 rw-p 00000000 00:00 0
+12230000000-12234000000 rw-s 00000000 00:05 77                         /dev/shm/x
+13ff0000000-14010000000 rw-p 00000000 00:00 0
+7f5680000000-7f5680021000 rw-p 00000000 00:00 0
+7ffc1e0c3000-7ffc1e0e4000 rw-p 00000000 00:00 0                          [stack]
+`
+	got, err := heapSpans([]byte(maps), 0x10000000000, 0x14000000000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []span{{0x12221800000, 0x1222e400000}, {0x1222e400000, 0x12230000000}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("heapSpans = %x, want %x", got, want)
+	}
+	for _, bad := range []string{"garbage\n", "zz-12 rw-p 00000000 00:00 0\n", "2000-1000 rw-p 00000000 00:00 0\n", "1000 rw-p 00000000 00:00 0\n"} {
+		if _, err := heapSpans([]byte(bad), 0, ^uintptr(0)); err == nil {
+			t.Errorf("heapSpans(%q) accepted it", bad)
+		}
+	}
+}
+
+// vmFlags returns the VmFlags of the mapping that holds addr, from
+// /proc/self/smaps.
+func vmFlags(t *testing.T, addr uintptr) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		// A mapping's block starts with its range, "lo-hi perms ...".
+		if f := strings.Fields(line); len(f) > 1 && !strings.HasSuffix(f[0], ":") {
+			in = mappingHolds(f[0], addr)
+			continue
+		}
+		if in && strings.HasPrefix(line, "VmFlags:") {
+			return line
+		}
+	}
+	t.Fatalf("no mapping in /proc/self/smaps holds %#x", addr)
+	return ""
+}
+
+// mappingHolds reports whether the range "lo-hi" (hex) holds addr.
+func mappingHolds(r string, addr uintptr) bool {
+	s, err := heapSpans([]byte(r+" rw-p 00000000 00:00 0\n"), 0, ^uintptr(0))
+	return err == nil && len(s) == 1 && addr >= s[0].lo && addr < s[0].hi
+}
+
+func advised(t *testing.T, addr uintptr) bool {
+	return strings.Contains(vmFlags(t, addr)+" ", " hg ")
+}
+
+// TestStartAdvisesTheHeap: after Start the heap's memory is advised for
+// huge pages (VmFlags "hg"), memory it maps later is advised by a later
+// pass, and with a reserve an allocation made right after Start lands in
+// memory advised already.
+func TestStartAdvisesTheHeap(t *testing.T) {
+	if m := Mode(); m != "madvise" {
+		t.Skipf("transparent huge pages are %q here, not \"madvise\": Start has nothing to do", m)
+	}
+	a, err := Start(time.Hour, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reserve was freed; an allocation of 16 MiB fits in its memory,
+	// and no second pass runs for an hour.
+	early := make([]byte, 16<<20)
+	early[0] = 1
+	if !advised(t, uintptr(unsafe.Pointer(&early[0]))) {
+		t.Errorf("an allocation right after Start is not in advised memory: %s", vmFlags(t, uintptr(unsafe.Pointer(&early[0]))))
+	}
+	if !advised(t, uintptr(unsafe.Pointer(heapProbe))) {
+		t.Errorf("the heap probe's memory is not advised: %s", vmFlags(t, uintptr(unsafe.Pointer(heapProbe))))
+	}
+	a.Stop()
+	a.Stop() // stopping twice is fine
+
+	// Grow the heap past everything mapped so far; a pass every 10 ms
+	// advises the new memory.
+	b, err := Start(10*time.Millisecond, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	var held [][]byte
+	for range 8 {
+		held = append(held, make([]byte, 32<<20))
+	}
+	late := held[len(held)-1]
+	deadline := time.Now().Add(5 * time.Second)
+	for !advised(t, uintptr(unsafe.Pointer(&late[0]))) {
+		if time.Now().After(deadline) {
+			t.Fatalf("memory the heap mapped after Start was not advised within 5 s: %s", vmFlags(t, uintptr(unsafe.Pointer(&late[0]))))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	runtime.KeepAlive(early)
+	runtime.KeepAlive(held)
+}
+
+func TestNilAdvisorStops(t *testing.T) {
+	var a *Advisor
+	a.Stop()
+}
