@@ -29,7 +29,7 @@ type Worker struct {
 	execs       []executor
 	wg          sync.WaitGroup
 
-	lastBP    []atomic.Int64  // per slot: unix nanos of its last backpressure signal
+	bp        backpressure
 	epochs    []atomic.Uint64 // per slot: newest incarnation known
 	throttled atomic.Bool     // some worker is congested: spouts pause
 	crashed   atomic.Bool
@@ -138,7 +138,7 @@ func startWorker(parent context.Context, r *run, slot int, incarnation uint64, e
 	w := &Worker{
 		r: r, slot: slot, incarnation: incarnation, nc: nc, ctx: ctx, cancel: cancel,
 		tasks:       make([]*task, len(r.plan.tasks)),
-		lastBP:      make([]atomic.Int64, r.plan.workers),
+		bp:          backpressure{last: make([]atomic.Int64, r.plan.workers)},
 		epochs:      make([]atomic.Uint64, r.plan.workers),
 		recordLimit: int(nc.MaxPayload()) - frameHeadroom,
 	}
@@ -317,13 +317,17 @@ func (w *Worker) onControl(m *nats.Msg) {
 		return
 	}
 	slot, err := strconv.Atoi(fields[1])
-	if err != nil || slot < 0 || slot >= len(w.lastBP) {
+	if err != nil || slot < 0 || slot >= len(w.bp.last) {
 		w.badControl(m)
 		return
 	}
 	switch fields[0] {
 	case "bp":
-		w.lastBP[slot].Store(time.Now().UnixNano())
+		w.bp.on(slot, time.Now())
+		w.throttled.Store(true)
+	case "bpoff":
+		w.bp.off(slot)
+		w.throttled.Store(w.bp.any(time.Now()))
 	case "dead":
 		if len(fields) != 6 {
 			w.badControl(m)
@@ -401,28 +405,68 @@ func (w *Worker) onCheckpoint(fields []string) {
 func (w *Worker) housekeeping(ctx context.Context) {
 	r := w.r
 	bp := []byte(fmt.Sprintf("bp %d", w.slot))
-	check := time.NewTicker(20 * time.Millisecond)
+	bpoff := []byte(fmt.Sprintf("bpoff %d", w.slot))
+	signalling := false
+	check := time.NewTicker(bpCheckEvery)
 	defer check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-check.C:
-			if w.congested() {
-				w.lastBP[w.slot].Store(now.UnixNano())
+			switch {
+			case w.congested():
+				signalling = true
+				w.bp.on(w.slot, now)
 				w.nc.Publish(r.ctlSubject, bp)
 				r.tc.bpSignals.Add(1)
+			case signalling:
+				// Drained: the spouts go on now, not when the last
+				// signal has aged past bpHold.
+				signalling = false
+				w.bp.off(w.slot)
+				w.nc.Publish(r.ctlSubject, bpoff)
 			}
-			recent := now.Add(-100 * time.Millisecond).UnixNano()
-			th := false
-			for i := range w.lastBP {
-				if w.lastBP[i].Load() > recent {
-					th = true
-				}
-			}
-			w.throttled.Store(th)
+			// A signal handled between the reading and the store below
+			// makes the spouts pause one check later.
+			w.throttled.Store(w.bp.any(now))
 		}
 	}
+}
+
+const (
+	// bpCheckEvery is how often a worker looks at its queues, and how
+	// often a congested one repeats its signal.
+	bpCheckEvery = 20 * time.Millisecond
+	// bpHold is how long the spouts stay paused after a worker's last
+	// signal unless it says it has drained: a worker that crashed while
+	// congested, or whose release was lost, holds them no longer.
+	bpHold = 100 * time.Millisecond
+)
+
+// backpressure is what a worker knows of the run's congested workers: when
+// each last signalled, 0 for none or released. A congested worker repeats
+// its signal every bpCheckEvery and releases it ("bpoff") once its queues
+// are back under their marks, as Storm 2's workers report their tasks in
+// and out of backpressure. Without the release the spouts stood still for
+// bpHold after the queues had drained, and at-most-once word count, which
+// only backpressure paces, ran slower than at-least-once.
+type backpressure struct{ last []atomic.Int64 }
+
+func (b *backpressure) on(slot int, now time.Time) { b.last[slot].Store(now.UnixNano()) }
+
+func (b *backpressure) off(slot int) { b.last[slot].Store(0) }
+
+// any reports whether a worker signalled within bpHold before now and has
+// not released.
+func (b *backpressure) any(now time.Time) bool {
+	recent := now.Add(-bpHold).UnixNano()
+	for i := range b.last {
+		if b.last[i].Load() > recent {
+			return true
+		}
+	}
+	return false
 }
 
 // ctrlHighWater is the control queue length, in frames, past which a worker
