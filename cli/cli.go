@@ -50,9 +50,9 @@ const (
 )
 
 // hugePagesEvery is how often the heap's new mappings are advised for
-// transparent huge pages (package hugepages): the runtime maps the heap 64
-// MiB at a time, and the pages it touches before the advice are 4 KiB
-// ones. ACKFLOW_HUGEPAGES=0 turns the advice off.
+// transparent huge pages (package hugepages): the runtime maps the heap in
+// pieces of a few MiB as it grows, and the pages it touches before the
+// advice are 4 KiB ones. ACKFLOW_HUGEPAGES=0 turns the advice off.
 const hugePagesEvery = 50 * time.Millisecond
 
 // Main runs the command line with topos as the topologies this binary can

@@ -123,8 +123,9 @@ func Start(every time.Duration, reserve uint64) (*Advisor, error) {
 	}
 	heapProbe = new([64]byte)
 	// The runtime places the heap's arenas one after the other upward from
-	// a start it picks (at random since Go 1.26): two terabytes from the
-	// start of the terabyte the probe lies in cover it, and none of the
+	// a start it picks, not a fixed one (two runs of the binary had it at
+	// 0x122_2000_0000 and 0x31ea_06c0_0000): two terabytes from the start
+	// of the terabyte the probe lies in cover it, and none of the
 	// process's other mappings (binary, thread stacks, libraries) are
 	// there.
 	const tb = 1 << 40
