@@ -121,7 +121,10 @@ type Config struct {
 	// task holds about what it publishes in 5 s, at most this.
 	RetransmitBytes int64
 	// LossGrace is how long a receiver waits for a missing frame (it may
-	// only be reordered) before asking its sender to send it again.
+	// only be reordered) before asking its sender to send it again. NATS
+	// keeps the order of one connection's messages, so the default is
+	// short (2 ms); raise it above the delays of a link that reorders, or
+	// frames are sent twice (the receiver drops the second copy).
 	LossGrace time.Duration
 	// CheckpointEvery is the interval between checkpoints (DESIGN.md
 	// section 8); 0 takes none, except that exactly-once takes one every
@@ -193,7 +196,7 @@ func DefaultConfig() Config {
 		ReplayBackoff:     100 * time.Millisecond,
 		MaxReplayBackoff:  5 * time.Second,
 		RetransmitBytes:   8 << 20,
-		LossGrace:         10 * time.Millisecond,
+		LossGrace:         2 * time.Millisecond,
 		CheckpointTimeout: 5 * time.Second,
 		KeepCheckpoints:   3,
 		Logger:            DefaultLogger(zerolog.WarnLevel),

@@ -21,16 +21,22 @@ import (
 // over failing the trees of a lost frame.
 
 const (
-	// probeEvery is how soon after its last frame a destination gets the
-	// sender's high-water mark, so that the loss of the last frames of a
-	// burst is noticed; later marks follow at doubling intervals.
-	probeEvery = 20 * time.Millisecond
+	// probeQuiet is how long a destination has had no frame from the
+	// sender when it gets the sender's high-water mark, so that the loss of
+	// the last frames of a burst is noticed; later marks follow at doubling
+	// intervals. While frames flow no mark is sent: the next frame reveals
+	// a gap by its sequence number.
+	probeQuiet = 5 * time.Millisecond
 	// maxProbes is how many high-water marks follow a destination's last
 	// frame, the last about 5 s after it: a lost mark is covered by the
 	// next one.
-	maxProbes = 8
-	// checkEvery is how often a receiver looks at its gaps.
-	checkEvery = 5 * time.Millisecond
+	maxProbes = 10
+	// probeEvery is how often a sender looks for destinations that went
+	// quiet, and checkEvery how often a receiver looks at its gaps: each
+	// about every linger tick, so that a lost frame waits for the grace
+	// period, not for a timer.
+	probeEvery = time.Millisecond
+	checkEvery = time.Millisecond
 )
 
 // resendBuffer keeps one task's most recent frames, up to a byte bound, so
@@ -230,45 +236,76 @@ func (b *resendBuffer) find(dst int, seq uint64) *sentFrame {
 // encoding returns a kept frame's bytes (without chaos).
 func (b *resendBuffer) encoding(s *sentFrame) []byte { return b.ring[s.off : s.off+s.n] }
 
-// notProbing marks a destination that is not in outbox.probing.
-const notProbing = 0xff
-
-// probeAgain restarts the high-water marks for dst after a frame to it.
-func (o *outbox) probeAgain(dst int) {
-	if o.probes[dst] == notProbing {
-		o.probing = append(o.probing, dst)
-	}
-	o.probes[dst] = 0
-	o.probeDue[dst] = time.Time{}
+// marks schedules one sender's high-water marks: after its last frame to a
+// destination, the first once the destination has had no frame for
+// probeQuiet, then at doubling intervals, maxProbes in all.
+type marks struct {
+	sent    []uint8     // per destination: marks sent since its last frame (notProbing: none due)
+	due     []time.Time // per destination: when the next mark is due (zero: not yet seen quiet)
+	probing []int       // destinations with marks still to send
+	last    time.Time   // the last look
 }
 
-// probe sends high-water marks to the destinations that got frames lately.
-func (o *outbox) probe(now time.Time) {
-	if o.resend == nil || now.Sub(o.lastProbe) < probeEvery {
+// notProbing marks a destination that is not in marks.probing.
+const notProbing = 0xff
+
+func newMarks(n int) marks {
+	m := marks{sent: make([]uint8, n), due: make([]time.Time, n)}
+	for i := range m.sent {
+		m.sent[i] = notProbing
+	}
+	return m
+}
+
+// again restarts the marks for dst after a frame to it: the first is due
+// probeQuiet after a look finds dst without a frame since this one.
+func (m *marks) again(dst int) {
+	if m.sent[dst] == notProbing {
+		m.probing = append(m.probing, dst)
+	}
+	m.sent[dst] = 0
+	m.due[dst] = time.Time{}
+}
+
+// look calls send for each destination whose next mark is due at now. It
+// looks at most every probeEvery.
+func (m *marks) look(now time.Time, send func(dst int)) {
+	if now.Sub(m.last) < probeEvery {
 		return
 	}
-	o.lastProbe = now
-	keepLocal := o.resend.keepFrames
-	for i := 0; i < len(o.probing); {
-		dst := o.probing[i]
-		if o.probes[dst] >= maxProbes {
-			o.probes[dst] = notProbing
-			o.probing[i] = o.probing[len(o.probing)-1]
-			o.probing = o.probing[:len(o.probing)-1]
+	m.last = now
+	for i := 0; i < len(m.probing); {
+		dst := m.probing[i]
+		if m.sent[dst] >= maxProbes {
+			m.sent[dst] = notProbing
+			m.probing[i] = m.probing[len(m.probing)-1]
+			m.probing = m.probing[:len(m.probing)-1]
 			continue
 		}
-		if now.Before(o.probeDue[dst]) {
-			i++
-			continue
+		if m.due[dst].IsZero() {
+			m.due[dst] = now.Add(probeQuiet) // a frame went to dst since the last look
 		}
-		o.probes[dst]++
-		o.probeDue[dst] = now.Add(probeEvery << o.probes[dst])
-		// Frames to a task of this worker are lost only under chaos.
-		if keepLocal || o.w.r.plan.assign[dst] != o.w.slot {
-			o.sendLink(dst, []wire.LinkMsg{{Type: wire.LinkHWM, Epoch: o.w.incarnation, Seq: o.seq[dst]}})
+		if !now.Before(m.due[dst]) {
+			m.sent[dst]++
+			m.due[dst] = now.Add(probeQuiet << m.sent[dst])
+			send(dst)
 		}
 		i++
 	}
+}
+
+// probe sends high-water marks to the destinations that got frames lately
+// and then none for a while. Frames to a task of this worker are lost only
+// under chaos.
+func (o *outbox) probe(now time.Time) {
+	if o.resend == nil {
+		return
+	}
+	o.marks.look(now, func(dst int) {
+		if o.resend.keepFrames || o.w.r.plan.assign[dst] != o.w.slot {
+			o.sendLink(dst, []wire.LinkMsg{{Type: wire.LinkHWM, Epoch: o.w.incarnation, Seq: o.seq[dst]}})
+		}
+	})
 }
 
 // resendTo answers a NACK from dst: it sends the frames again that dst

@@ -35,10 +35,7 @@ type outbox struct {
 	// Loss recovery (at-least-once): frames kept for resending, and the
 	// destinations that still get high-water marks.
 	resend     *resendBuffer // nil in at-most-once mode
-	probes     []uint8       // per destination: high-water marks sent since its last frame
-	probeDue   []time.Time   // per destination: when the next high-water mark is due
-	probing    []int         // destinations with probes < maxProbes
-	lastProbe  time.Time
+	marks      marks
 	failed     []failedRecord // records whose frame could not be sent, failed after the flush
 	batchBytes int            // the byte bound of one frame
 }
@@ -64,11 +61,7 @@ func newOutbox(ctx context.Context, w *Worker, src int) *outbox {
 	}
 	if w.r.cfg.Guarantee != AtMostOnce {
 		o.resend = newResendBuffer(w.r.cfg.RetransmitBytes, w.r.cfg.Chaos.Enabled())
-		o.probes = make([]uint8, n)
-		o.probeDue = make([]time.Time, n)
-		for i := range o.probes {
-			o.probes[i] = notProbing
-		}
+		o.marks = newMarks(n)
 	}
 	return o
 }
@@ -201,7 +194,7 @@ func (o *outbox) send(dst int, f *wire.Frame) {
 		if o.resend.keepFrames {
 			o.resend.keepFrame(dst, f)
 		}
-		o.probeAgain(dst)
+		o.marks.again(dst)
 	}
 	o.deliver(dst, f)
 }

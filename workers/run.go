@@ -108,7 +108,7 @@ func newRun(topo *topology.Topology, p *plan, cfg Config) *run {
 	r := &run{
 		cfg: cfg, plan: p, url: cfg.NATSURL, log: cfg.Logger,
 		warn:           cfg.Logger.Sample(&zerolog.BurstSampler{Burst: 10, Period: 10 * time.Second}),
-		loss:           lossConfig{grace: cfg.LossGrace, renack: max(4*cfg.LossGrace, 50*time.Millisecond), maxNacks: 10},
+		loss:           lossConfig{grace: cfg.LossGrace, renack: max(4*cfg.LossGrace, 20*time.Millisecond), maxNacks: 10},
 		deadLetters:    cfg.DeadLetters,
 		componentTasks: map[string][]int{},
 		counters:       make([]*taskCounters, len(p.tasks)),

@@ -1,0 +1,74 @@
+package workers
+
+import (
+	"testing"
+	"time"
+)
+
+// TestMarksWaitForQuiet checks the schedule of a sender's high-water marks:
+// none while frames to a destination keep coming (the next frame reveals a
+// gap), the first about probeQuiet after the last frame, then maxProbes in
+// all at doubling intervals, the last about 5 s after the frame, and none
+// after that until the next frame.
+func TestMarksWaitForQuiet(t *testing.T) {
+	m := newMarks(3)
+	t0 := time.Unix(1000, 0)
+	var sent []time.Duration // since the last frame, for destination 1
+	var others int
+	look := func(at time.Duration) {
+		m.look(t0.Add(at), func(dst int) {
+			if dst != 1 {
+				others++
+				return
+			}
+			sent = append(sent, at)
+		})
+	}
+	// Frames every 2 ms for 100 ms, looks every millisecond.
+	var at time.Duration
+	for ; at < 100*time.Millisecond; at += time.Millisecond {
+		if at%(2*time.Millisecond) == 0 {
+			m.again(1)
+		}
+		look(at)
+	}
+	if len(sent) != 0 {
+		t.Fatalf("marks sent while frames flowed: at %v", sent)
+	}
+	last := at - 2*time.Millisecond // the last frame
+	for ; at < last+10*time.Second; at += time.Millisecond {
+		look(at)
+	}
+	if others != 0 {
+		t.Errorf("%d marks to destinations that never got a frame", others)
+	}
+	if len(sent) != maxProbes {
+		t.Fatalf("%d marks after the last frame, want %d: %v", len(sent), maxProbes, sent)
+	}
+	if first := sent[0] - last; first < probeQuiet || first > probeQuiet+2*probeEvery {
+		t.Errorf("first mark %v after the last frame, want about %v", first, probeQuiet)
+	}
+	for i := 1; i < len(sent); i++ {
+		gap, want := sent[i]-sent[i-1], probeQuiet<<i
+		if gap < want || gap > want+probeEvery {
+			t.Errorf("mark %d came %v after mark %d, want %v", i, gap, i-1, want)
+		}
+	}
+	if end := sent[len(sent)-1] - last; end < 4*time.Second || end > 6*time.Second {
+		t.Errorf("last mark %v after the last frame, want about 5 s (the resend ring keeps %v)", end, resendKeepFor)
+	}
+	if len(m.probing) != 0 {
+		t.Errorf("destinations %v still probed after their last mark", m.probing)
+	}
+
+	// A new frame starts the marks again; a look sooner than probeEvery
+	// after the last does nothing.
+	m.again(1)
+	sent = nil
+	look(at)
+	look(at + probeQuiet)
+	look(at + probeQuiet + probeEvery/2)
+	if len(sent) != 1 || sent[0] != at+probeQuiet {
+		t.Fatalf("after a new frame: marks at %v, want one at %v", sent, at+probeQuiet)
+	}
+}
