@@ -326,13 +326,13 @@ func (s *suite) raw(ctx context.Context) error {
 	return nil
 }
 
-// chainLines bounds the JetStream chain's input: eight copies of the
+// chainCopies bounds the JetStream chain's input: eight copies of the
 // bundled text, a run of about 6 s at its rate, long enough for a steady
 // rate; the whole input would take half a minute.
-const chainLines = 8 * 9285
+const chainCopies = 8
 
 func (s *suite) chain(ctx context.Context) error {
-	lines := s.lines[:min(len(s.lines), chainLines)]
+	lines := s.lines[:min(len(s.lines), chainCopies*linesPerCopy())]
 	if s.cfg.Quick {
 		lines = lines[:len(lines)/2]
 	}
