@@ -72,3 +72,33 @@ func TestMarksWaitForQuiet(t *testing.T) {
 		t.Fatalf("after a new frame: marks at %v, want one at %v", sent, at+probeQuiet)
 	}
 }
+
+// TestFlushHold checks when an idle spout flushes its partial frames: at
+// once after a quiet spell, held until spoutHold has passed since the last
+// flush that sent something when the spout emits again sooner, and never
+// held with nothing to send (which must not count as a flush either).
+func TestFlushHold(t *testing.T) {
+	var h flushHold
+	t0 := time.Unix(1000, 0)
+	if w := h.wait(t0, true); w != 0 {
+		t.Fatalf("the first partial frame was held %v", w)
+	}
+	if w := h.wait(t0.Add(spoutHold/5), true); w != spoutHold*4/5 {
+		t.Fatalf("a partial frame %v after a flush: held %v, want %v", spoutHold/5, w, spoutHold*4/5)
+	}
+	h.flushed(t0.Add(spoutHold))
+	for _, at := range []time.Duration{spoutHold + 1, spoutHold * 3 / 2} {
+		if w := h.wait(t0.Add(at), false); w != 0 {
+			t.Fatalf("nothing to send at %v: held %v", at, w)
+		}
+	}
+	if w := h.wait(t0.Add(spoutHold*3/2), true); w != spoutHold/2 {
+		t.Fatalf("after the timer's flush at %v: held %v, want %v", spoutHold, w, spoutHold/2)
+	}
+	if w := h.wait(t0.Add(2*spoutHold), true); w != 0 {
+		t.Fatalf("a partial frame %v after the last flush was held %v", spoutHold, w)
+	}
+	if w := h.wait(t0.Add(10*spoutHold), true); w != 0 {
+		t.Fatalf("after a quiet spell: held %v", w)
+	}
+}
