@@ -248,8 +248,24 @@ func (ff *frameFilter) hwm(src int32, epoch, seq uint64) {
 // lossConfig tunes check.
 type lossConfig struct {
 	grace    time.Duration // how long a gap may stay open before it is NACKed (reordering)
-	renack   time.Duration // how long to wait for a retransmission before asking again
+	renack   time.Duration // how long to wait for a retransmission before asking again the first time
 	maxNacks int           // NACKs for one gap before giving up on it
+}
+
+// maxRenack bounds the wait between two NACKs of one gap.
+const maxRenack = time.Second
+
+// renackAfter is how long a gap NACKed n times waits before the next NACK:
+// renack, doubling with each NACK, at most maxRenack. A frame lost on a
+// healthy link is asked for again soon; a link that is down (a NATS
+// reconnect takes a second or more) is asked for over seconds, not given
+// up in a few hundred milliseconds: with the default 20 ms, ten NACKs span
+// about 4 s, within the 5 s the sender keeps its frames.
+func (c lossConfig) renackAfter(n int) time.Duration {
+	if n < 1 {
+		return 0
+	}
+	return min(c.renack<<min(n-1, 16), maxRenack)
 }
 
 // lossCounts are what check did, for the run's counters.
@@ -275,7 +291,7 @@ func (ff *frameFilter) check(now time.Time, cfg lossConfig, nack func(src int32,
 			continue
 		case w.noticed.IsZero():
 			w.noticed = now
-		case now.Sub(w.noticed) < cfg.grace || now.Sub(w.lastNack) < cfg.renack:
+		case now.Sub(w.noticed) < cfg.grace || w.nacks > 0 && now.Sub(w.lastNack) < cfg.renackAfter(w.nacks):
 		case w.nacks >= cfg.maxNacks:
 			for _, m := range msgs {
 				c.givenUp += int64(m.Count)

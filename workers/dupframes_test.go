@@ -98,7 +98,12 @@ func TestFrameFilterFindsGapsAndLostLastFrames(t *testing.T) {
 	if len(out) != 1 || out[0].src != 3 {
 		t.Fatalf("after the resends only sender 3 still misses frames; NACKs %+v", out)
 	}
-	c, out := run(80 * time.Millisecond)
+	// The wait doubles with each NACK: 30 ms after the first, 60 after the
+	// second, before the gap is given up.
+	if c, out := run(80 * time.Millisecond); len(out) != 0 || c.givenUp != 0 {
+		t.Fatalf("gave up or NACKed before twice the renack: NACKs %+v, given up %d", out, c.givenUp)
+	}
+	c, out := run(100 * time.Millisecond)
 	if len(out) != 0 || c.givenUp != 2 {
 		t.Fatalf("after maxNacks the gap is given up: NACKs %+v, given up %d", out, c.givenUp)
 	}

@@ -102,3 +102,24 @@ func TestFlushHold(t *testing.T) {
 		t.Fatalf("after a quiet spell: held %v", w)
 	}
 }
+
+// TestRenackBacksOff: the wait between NACKs of one gap doubles up to
+// maxRenack, so that the default ten NACKs span a NATS reconnect (seconds)
+// but stay within the 5 s a sender keeps its frames.
+func TestRenackBacksOff(t *testing.T) {
+	c := lossConfig{renack: 20 * time.Millisecond, maxNacks: 10}
+	var total time.Duration
+	for n := 1; n < c.maxNacks; n++ {
+		w := c.renackAfter(n)
+		if w < c.renack || w > maxRenack || (n > 1 && w < c.renackAfter(n-1)) {
+			t.Fatalf("wait after NACK %d is %v", n, w)
+		}
+		total += w
+	}
+	if total < 2*time.Second || total > resendKeepFor {
+		t.Fatalf("ten NACKs span %v, want between 2 s and %v", total, resendKeepFor)
+	}
+	if w := c.renackAfter(60); w != maxRenack {
+		t.Fatalf("wait after 60 NACKs is %v, want %v", w, maxRenack)
+	}
+}
