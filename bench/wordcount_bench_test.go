@@ -3,12 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ackflow/ackflow/embednats"
 	"github.com/ackflow/ackflow/examples/wordcount"
+	"github.com/ackflow/ackflow/internal/heapfloor"
 	"github.com/ackflow/ackflow/workers"
 )
 
@@ -100,4 +102,45 @@ func benchSuite(b *testing.B) *suite {
 		b.Fatal(err)
 	}
 	return s
+}
+
+// BenchmarkPacedCores runs the latency row's word count on the suite's
+// input (32 copies of the text) at an eighth, a quarter and half of its
+// peak and below, with the `ackflow` binary's heap floor, reporting the
+// cores the process used (CPU time over the run's duration) next to p50,
+// p99 and NATS messages/s: what a paced run costs, which docs/performance.md
+// (round eleven) compares before and after the spout's held frames
+// (go test -run X -bench PacedCores -benchtime 3x ./bench/).
+func BenchmarkPacedCores(b *testing.B) {
+	gc := debug.SetGCPercent(100)
+	floor := heapfloor.Start(256<<20, 400) // as cli.Main sets it
+	b.Cleanup(func() { floor.Stop(); debug.SetGCPercent(gc) })
+	s := benchSuite(b)
+	if err := s.prepareInput(32); err != nil { // the suite's input, not benchSuite's 8 copies
+		b.Fatal(err)
+	}
+	for _, lps := range []float64{30_000, 60_000, 120_000, 240_000} {
+		b.Run(fmt.Sprintf("lines=%.0f", lps), func(b *testing.B) {
+			var cores, p50, p99, msgs float64
+			for b.Loop() {
+				cpu0 := processCPU()
+				sum, lostWords, err := s.wordCount(context.Background(), wordcount.Config{LinesPerSec: lps}, func(c *workers.Config) { c.Guarantee, c.NoDedup = workers.AtLeastOnce, true })
+				if err != nil {
+					b.Fatal(err)
+				}
+				if lostWords > 0 {
+					b.Fatalf("lost %d words", lostWords)
+				}
+				secs := sum.Duration.Seconds()
+				l := sum.Component("lines")
+				cores += float64(processCPU()-cpu0) / float64(sum.Duration)
+				p50, p99 = max(p50, ms(l.LatencyP50)), max(p99, ms(l.LatencyP99))
+				msgs += float64(sum.NATSMessagesOut) / secs
+			}
+			b.ReportMetric(cores/float64(b.N), "cores")
+			b.ReportMetric(msgs/float64(b.N), "nats-msgs/s")
+			b.ReportMetric(p50, "p50-ms")
+			b.ReportMetric(p99, "p99-ms")
+		})
+	}
 }
