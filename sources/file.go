@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ackflow/ackflow/internal/strbox"
 	"github.com/ackflow/ackflow/topology"
 )
 
@@ -225,7 +226,7 @@ func (s *File) emit(piece []byte) {
 		s.cfg.Read.Add(int64(len(piece)))
 	}
 	// A refused record is dead-lettered by the runtime; the file moves on.
-	_ = s.out.EmitTo(s.cfg.Stream, topology.MsgID{Offset: off}, topology.Values{lineText(piece)})
+	_ = s.out.EmitTo(s.cfg.Stream, topology.MsgID{Offset: off}, topology.Values{strbox.Copy(lineBytes(piece))})
 }
 
 // readPiece reads the next record's bytes: a line with its terminator, or
@@ -271,15 +272,16 @@ func terminatorLen(b []byte) int {
 	return 0
 }
 
-// lineText is a piece without its "\n" or "\r\n".
-func lineText(piece []byte) string {
+// lineBytes is a piece without its "\n" or "\r\n". The spout emits it
+// as a string value with header and bytes in one allocation (strbox.Copy).
+func lineBytes(piece []byte) []byte {
 	if n := len(piece); n > 0 && piece[n-1] == '\n' {
 		piece = piece[:n-1]
 		if n := len(piece); n > 0 && piece[n-1] == '\r' {
 			piece = piece[:n-1]
 		}
 	}
-	return string(piece)
+	return piece
 }
 
 // Position is the byte offset of the next line (or piece of a long line)

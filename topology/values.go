@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/ackflow/ackflow/internal/strbox"
 	"github.com/ackflow/ackflow/wire"
 )
 
@@ -23,6 +24,21 @@ import (
 // Emit with a *ValueError, before anything is sent. Values given to Emit
 // belong to the runtime afterwards: do not change them.
 type Values []any
+
+// StringValues returns Values holding the strings of ss, in order, with
+// one allocation (the Values) where converting each string to a value
+// allocates once per string: each value refers to its string's header in
+// ss. ss must not change while the Values are in use, and the Values keep
+// ss alive. A bolt that splits its input into fields emits them this way,
+// as a record of all of them or, with the full slice expression
+// vs[i:i+1:i+1], one record per field (examples/wordcount).
+func StringValues(ss []string) Values {
+	vs := make(Values, len(ss))
+	for i := range ss {
+		vs[i] = strbox.Ref(&ss[i])
+	}
+	return vs
+}
 
 // ValueError says which value of an emit is outside the value set.
 type ValueError struct {

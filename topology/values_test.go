@@ -85,3 +85,35 @@ func TestValueErrorNamesTheField(t *testing.T) {
 		t.Fatalf("message %q does not name the field", ve.Error())
 	}
 }
+
+// TestStringValues checks that values built on the strings' own headers
+// read, normalise and encode like converted strings, and cost one
+// allocation however many strings there are.
+func TestStringValues(t *testing.T) {
+	words := strings.Fields("to be or not to be")
+	vs := StringValues(words)
+	want := make(Values, len(words))
+	for i, w := range words {
+		want[i] = w
+	}
+	if !reflect.DeepEqual(vs, want) {
+		t.Fatalf("StringValues = %#v, want %#v", vs, want)
+	}
+	size, err := NormalizeValues(vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSize, _ := NormalizeValues(want)
+	if size != wantSize {
+		t.Fatalf("encoded size %d, want %d", size, wantSize)
+	}
+	if s, _ := vs[3].(string); s != "not" {
+		t.Fatalf("vs[3] = %#v", vs[3])
+	}
+	if len(StringValues(nil)) != 0 {
+		t.Fatal("StringValues(nil) is not empty")
+	}
+	if n := testing.AllocsPerRun(100, func() { vs = StringValues(words) }); n != 1 {
+		t.Fatalf("StringValues allocates %.0f times for %d strings, want 1", n, len(words))
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/ackflow/ackflow/internal/strbox"
 )
 
 // magic is the first byte of every frame. 0xAF is neither printable ASCII
@@ -737,7 +739,9 @@ func (d *decoder) value(depth int) any {
 		if d.failed != 0 {
 			return nil
 		}
-		return string(b)
+		// Header and bytes in one allocation, not two (strbox.Copy):
+		// strings are most of the values a frame carries.
+		return strbox.Copy(b)
 	case tagInt:
 		return d.varint("integer")
 	case tagUint:

@@ -150,12 +150,11 @@ func (*SplitBolt) Execute(in *topology.Tuple, out topology.BasicCollector) error
 		return err
 	}
 	// One Values array for the line's words, each record a one-element
-	// slice of it (capped, so that nothing appends over the next word):
-	// an allocation per line instead of one per word.
-	words := SplitWords(line)
-	vals := make(topology.Values, len(words))
-	for i, w := range words {
-		vals[i] = w
+	// slice of it (capped, so that nothing appends over the next word),
+	// whose values refer to the words' headers (StringValues): an
+	// allocation per line instead of one per word.
+	vals := topology.StringValues(SplitWords(line))
+	for i := range vals {
 		out.Emit(vals[i : i+1 : i+1])
 	}
 	return nil
