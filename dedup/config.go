@@ -39,7 +39,7 @@ type Config struct {
 }
 
 // DefaultConfig returns a window of 1<<20 IDs in 3 generations at a 0.1%
-// false-positive rate, which costs about 27.7 bits per ID (3.6 MB in all), and
+// false-positive rate, which costs about 28.7 bits per ID (3.8 MB in all), and
 // an exact record of the last 1<<20 completions (18 MB: 16 blocks of 1.1 MB).
 // The exact record must cover the time in which a stale copy of a record can
 // still arrive after a newer attempt of its tree completed (a copy queued

@@ -77,11 +77,12 @@
 // ring; Check and Completed allocate each other generation and block the
 // first time the filter rotates into it, and nothing once all are in use,
 // so a task that never sees a full window never pays for one. Stats
-// reports BitsPerID (about 27.7 for the default config). The generations
-// are blocked Bloom filters: all k bits of an ID lie in one 512-bit block,
-// one cache line, the same block in every generation, so a fresh ID costs
-// one line read per generation and k bit sets in the newest's line, which
-// it has just read. Check hashes the ID once (IDs are hashes already; a
+// reports BitsPerID (about 28.7 for the default config). The generations
+// are split-block Bloom filters: all k bits of an ID lie in one 512-bit
+// block, one cache line, the same block in every generation, one bit in
+// each of the block's eight words (more for very low rates), so a fresh ID
+// costs one line read per generation and k bit sets in the newest's line,
+// which it has just read. Check hashes the ID once (IDs are hashes already; a
 // splitmix64 remix guards against counters) where the bloom package's own
 // Add and Test would hash it once per generation and again to add it.
 // Prefetch asks for an ID's lines ahead of its Check, so that a task that

@@ -49,6 +49,7 @@ type Filter struct {
 	perGen  int    // IDs the newest takes before it rotates
 	m       uint64 // bits per generation, a whole number of blocks
 	nblocks uint64 // blocks of blockBits per generation
+	rounds  int    // bits per ID in each word of its block; k = rounds*blockWords
 	k       int    // bits per ID, all in one block
 	// The ID being checked (locate): its block and the k bits it sets
 	// there, the same in every generation, computed once per Check.
@@ -71,7 +72,7 @@ type generation struct {
 
 // New returns an empty Filter. Its memory is about BitsPerID*Window/8 bytes
 // of Bloom filters plus 16*B/(B-1) bytes per Exact completion, which is 17
-// for B = 16 blocks (for the default config 3.6 MB plus 18 MB), but only the
+// for B = 16 blocks (for the default config 3.8 MB plus 18 MB), but only the
 // first generation and the first block of the ring are allocated here; each
 // other one is allocated when the filter first rotates into it. A task that
 // sees fewer than Window IDs, a short run or one of many small tasks, never
@@ -81,8 +82,9 @@ func New(cfg Config) (*Filter, error) {
 		return nil, err
 	}
 	f := &Filter{cfg: cfg, perGen: cfg.perGeneration(), ring: newRing(cfg)}
-	m, k := sizing(uint(f.perGen), cfg.FPRate/float64(cfg.Generations))
-	f.m, f.k, f.nblocks = uint64(m), int(k), uint64(m/blockBits)
+	m, rounds := sizing(uint(f.perGen), cfg.FPRate/float64(cfg.Generations))
+	f.m, f.rounds, f.nblocks = uint64(m), int(rounds), uint64(m/blockBits)
+	f.k = f.rounds * blockWords
 	f.gens = make([]generation, cfg.Generations)
 	f.gens[0] = f.newGeneration()
 	return f, nil
@@ -104,10 +106,19 @@ func (f *Filter) newGeneration() generation {
 // per probe, 4 or more per generation and 6 more to add, and dedup was a
 // fifth of the CPU. The price is a higher false-positive rate at the same
 // bits, since the IDs do not spread evenly over the blocks; sizing pays
-// it in bits: 27.7 per ID for the default config instead of 25.2, at the
-// same measured rate (BenchmarkBitsPerID). Five generations would take
-// 25.7 bits at that rate, but each check then waits for five lines, and
-// in word count that cost more than the three (docs/performance.md).
+// it in bits. Five generations would take fewer bits at the same rate,
+// but each check then waits for five lines, and in word count that cost
+// more than the three (docs/performance.md).
+//
+// Within the block the bits are split: an ID sets the same number of bits
+// (rounds, usually 1) in each of the block's eight words, each bit picked
+// by six bits of a hash, as in the split-block filters of Parquet and
+// Impala. Picking k bits anywhere in the block instead took 27.7 bits
+// per ID for the default config where the split layout takes 28.7, at
+// the same rate, but building its mask was a chain of read-modify-writes
+// of whichever word each bit fell in: a third of a Check's time with the
+// lines in cache (BenchmarkCheckNewPrefetched, docs/performance.md). The
+// split mask is eight independent shifts per round.
 // (bitset allocates a generation's words as one large object, which the
 // Go heap aligns to a page, so blocks are aligned to cache lines.)
 const (
@@ -115,26 +126,27 @@ const (
 	blockWords = blockBits / 64
 )
 
-// sizing returns m bits (whole blocks) and k bits per ID for n IDs at a
-// false-positive rate of at most p: the k that needs the fewest bits, at
-// most maxK. The k bits sit in one block, so a larger k costs no more
-// cache lines, only a few instructions.
-func sizing(n uint, p float64) (m, k uint) {
+// sizing returns m bits (whole blocks) and the rounds of bits per word an
+// ID sets, for n IDs at a false-positive rate of at most p: the rounds
+// that need the fewest bits, at most maxRounds. The bits sit in one
+// block, so more rounds cost no more cache lines, only a few
+// instructions.
+func sizing(n uint, p float64) (m, rounds uint) {
 	key := sizingKey{n, p}
 	sizingMu.Lock()
 	r, ok := sizings[key]
 	sizingMu.Unlock()
 	if !ok {
-		r.m, r.k = computeSizing(n, p)
+		r.m, r.rounds = computeSizing(n, p)
 		sizingMu.Lock()
 		sizings[key] = r
 		sizingMu.Unlock()
 	}
-	return r.m, r.k
+	return r.m, r.rounds
 }
 
 // Sizing takes a few milliseconds (a bisection over a Poisson sum for
-// every k), and every stateful task of a run asks for the same sizes:
+// every number of rounds), and every stateful task of a run asks for the same sizes:
 // they are computed once per process.
 type sizingKey struct {
 	n uint
@@ -143,58 +155,81 @@ type sizingKey struct {
 
 var (
 	sizingMu sync.Mutex
-	sizings  = map[sizingKey]struct{ m, k uint }{}
+	sizings  = map[sizingKey]struct{ m, rounds uint }{}
 )
 
-func computeSizing(n uint, p float64) (m, k uint) {
+func computeSizing(n uint, p float64) (m, rounds uint) {
 	best := math.Inf(1)
-	for kk := uint(1); kk <= maxK; kk++ {
+	for r := uint(1); r <= maxRounds; r++ {
 		// The rate falls as bits per ID grow: bisect for the fewest.
 		lo, hi := 1.0, 1024.0
-		if blockedFPRate(hi, kk) > p {
+		if fpRate(hi, r) > p {
 			continue
 		}
 		for range 60 {
 			mid := (lo + hi) / 2
-			if blockedFPRate(mid, kk) > p {
+			if fpRate(mid, r) > p {
 				lo = mid
 			} else {
 				hi = mid
 			}
 		}
 		if hi < best {
-			best, k = hi, kk
+			best, rounds = hi, r
 		}
 	}
-	if k == 0 { // p below what maxK bits can give: take the most bits tried
-		best, k = 1024, maxK
+	if rounds == 0 { // p below what maxRounds can give: take the most bits tried
+		best, rounds = 1024, maxRounds
 	}
 	blocks := max(1, uint(math.Ceil(best*float64(max(n, 1))/blockBits)))
-	return blocks * blockBits, k
+	return blocks * blockBits, rounds
 }
 
-// maxK is the most bits an ID sets: locate takes 7 positions of 9 bits
-// from each of two 64-bit hashes.
-const maxK = 14
+// maxRounds is the most bits an ID sets in each word: a round takes six
+// bits for each of the eight words from one 64-bit hash. The default
+// rate takes one round; a rate of 1e-5 per generation and below takes two.
+const maxRounds = 3
 
-// blockedFPRate is the false-positive rate of a blocked Bloom filter of
-// c bits of filter per ID, each ID setting k bits: the chance that k random bits of a
-// block are set, over the Poisson-distributed number of IDs j a block
-// holds (mean blockBits/c), each of which set k of its bits at random.
-func blockedFPRate(c float64, k uint) float64 {
+// fpRate is the false-positive rate of a generation of c bits of filter
+// per ID, each ID setting rounds bits in each word of its block: the
+// chance that all of a never-seen ID's bits are set, over the
+// Poisson-distributed number of IDs j its block holds (mean
+// blockBits/c). The words of a block are filled independently, each by
+// rounds*j bits at random (some of them the same bit), and a word has all
+// of the ID's rounds bits, also drawn with repetition, with probability
+// E[(S/64)^rounds], S the word's distinct bits set.
+func fpRate(c float64, rounds uint) float64 {
 	lambda := blockBits / c
 	rate := 0.0
 	// Terms beyond the mean plus 12 standard deviations are negligible.
 	top := int(lambda + 12*math.Sqrt(lambda) + 20)
 	logLambda := math.Log(lambda)
+	// occ[s] is the chance that s distinct bits of a word are set after
+	// the draws so far; each pass of the j loop adds one ID's rounds draws.
+	var occ, next [wordBits + 1]float64
+	occ[0] = 1
 	for j := 0; j <= top; j++ {
+		if j > 0 {
+			for range rounds {
+				next[0] = 0
+				for s := 1; s <= wordBits; s++ {
+					next[s] = occ[s]*float64(s)/wordBits + occ[s-1]*float64(wordBits-s+1)/wordBits
+				}
+				occ = next
+			}
+		}
+		word := 0.0
+		for s := 1; s <= wordBits; s++ {
+			word += occ[s] * math.Pow(float64(s)/wordBits, float64(rounds))
+		}
 		lg, _ := math.Lgamma(float64(j) + 1)
 		pj := math.Exp(-lambda + float64(j)*logLambda - lg)
-		fill := -math.Expm1(float64(k*uint(j)) * math.Log1p(-1.0/blockBits))
-		rate += pj * math.Pow(fill, float64(k))
+		rate += pj * math.Pow(word, blockWords)
 	}
 	return rate
 }
+
+const wordBits = 64
 
 // Check classifies a record ID. exact is the caller's own exact record, for
 // example its output-log index ("is this input still in my log?"); it may be
@@ -288,14 +323,14 @@ func (f *Filter) Stats() Stats {
 	// A never-seen ID is a false positive unless every generation misses:
 	// 1 - prod(1 - rate of each), summed in logs so that the tiny rates of
 	// a nearly empty filter do not round to 0. A generation's rate comes
-	// from the IDs it holds (blockedFPRate), not from its fill alone,
+	// from the IDs it holds (fpRate), not from its fill alone,
 	// which would leave out how unevenly they spread over the blocks.
 	logMiss := 0.0
 	for i := range f.gens {
 		g := &f.gens[i]
 		s.Remembered += g.ids
 		if g.ids > 0 {
-			logMiss += math.Log1p(-blockedFPRate(float64(f.m)/float64(g.ids), uint(f.k)))
+			logMiss += math.Log1p(-fpRate(float64(f.m)/float64(g.ids), uint(f.rounds)))
 		}
 	}
 	s.EstimatedFPRate = -math.Expm1(logMiss)
@@ -325,39 +360,36 @@ func (f *Filter) blockOf(id uint64) uint64 {
 
 const splitmixGamma = 0x9e3779b97f4a7c15 // splitmix64's increment
 
-// locate finds the block of id and the k bits it sets there, the same in
-// every generation since they all have the same m and k. IDs are meant to
-// be well-mixed hashes already, but tests and hand-made IDs are often
-// small counters, so the ID is mixed again: three splitmix64 outputs,
+// locate finds the block of id and the bits it sets there, the same in
+// every generation since they all have the same m and rounds. IDs are
+// meant to be well-mixed hashes already, but tests and hand-made IDs are
+// often small counters, so the ID is mixed again: splitmix64 outputs,
 // independent of each other (a few nanoseconds), one for the block by its
-// top bits and two cut into 9-bit bit positions. The bloom package's own
-// Test and Add would hash the ID's bytes with murmur once per generation
-// and again to add, and spread the bits over the whole filter.
+// top bits and one per round cut into eight 6-bit positions, one per
+// word. The bloom package's own Test and Add would hash the ID's bytes
+// with murmur once per generation and again to add, and spread the bits
+// over the whole filter.
+//
+// Each word's bit is stored on its own: no word is read back and
+// modified while the mask is built, which with bits anywhere in the
+// block made each bit wait for the store of the one before it. (A copy
+// of a whole local array into f.mask compiled to 16-byte loads of 8-byte
+// stores, which cannot be forwarded and stalled until the stores reached
+// the cache: a tenth of the dedup word count's samples, once.)
 func (f *Filter) locate(id uint64) {
 	z := id + splitmixGamma
 	f.blk = f.blockOf(id)
-	// The positions go into a local mask, written back once: updating
-	// f.mask in place made each bit wait for the store before it.
-	var mask [blockWords]uint64
 	h := splitmix(z + splitmixGamma)
-	for range min(f.k, 7) {
-		pos := h & (blockBits - 1)
-		mask[pos>>6] |= 1 << (pos & 63)
-		h >>= 9
-	}
-	h = splitmix(z + splitmixGamma + splitmixGamma)
-	for range f.k - min(f.k, 7) {
-		pos := h & (blockBits - 1)
-		mask[pos>>6] |= 1 << (pos & 63)
-		h >>= 9
-	}
-	// Word by word: a copy of the whole array (f.mask = mask) compiles to
-	// 16-byte loads of what the loops stored 8 bytes at a time, which
-	// cannot be forwarded from the stores and stalled until they reached
-	// the cache (a tenth of the dedup word count's CPU samples landed on
-	// that copy).
 	for w := range blockWords {
-		f.mask[w] = mask[w]
+		f.mask[w] = 1 << (h & (wordBits - 1))
+		h >>= 6
+	}
+	for r := 1; r < f.rounds; r++ {
+		h = splitmix(z + uint64(r+1)*splitmixGamma)
+		for w := range blockWords {
+			f.mask[w] |= 1 << (h & (wordBits - 1))
+			h >>= 6
+		}
 	}
 }
 

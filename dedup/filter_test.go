@@ -330,8 +330,8 @@ func TestStats(t *testing.T) {
 	if s != (Stats{BitsPerID: s.BitsPerID}) {
 		t.Errorf("fresh filter has stats %+v", s)
 	}
-	if s.BitsPerID < 27 || s.BitsPerID > 28.5 {
-		t.Errorf("default BitsPerID = %.2f, want about 27.7", s.BitsPerID)
+	if s.BitsPerID < 28 || s.BitsPerID > 29.5 {
+		t.Errorf("default BitsPerID = %.2f, want about 28.7", s.BitsPerID)
 	}
 	for id := range uint64(1000) {
 		f.Check(id, nil)
@@ -347,8 +347,9 @@ func TestStats(t *testing.T) {
 	if s.Remembered != 1000 || s.ExactLen != 2 {
 		t.Errorf("Remembered %d, ExactLen %d; want 1000 and 2", s.Remembered, s.ExactLen)
 	}
-	// 1000 IDs of k bits each in m bits (11 and about 9.7 million).
-	if want := 1000 * float64(f.k) / float64(f.m); f.k != 11 || math.Abs(s.FillRatio-want) > want/10 {
+	// 1000 IDs of k bits each in m bits (8, one per word, and about 10
+	// million).
+	if want := 1000 * float64(f.k) / float64(f.m); f.k != 8 || math.Abs(s.FillRatio-want) > want/10 {
 		t.Errorf("FillRatio %.6f, want about %.6f", s.FillRatio, want)
 	}
 	if s.EstimatedFPRate <= 0 || s.EstimatedFPRate > 1e-9 {
