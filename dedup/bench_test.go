@@ -39,23 +39,35 @@ func BenchmarkCheckNew(b *testing.B) {
 }
 
 // BenchmarkCheckNewPrefetched checks fresh IDs as a bolt task does: a
-// frame of 512 at a time, every ID prefetched before the first is checked,
-// so that the cache misses of the frame overlap.
+// frame of 512 at a time, each ID's lines prefetched a few checks ahead of
+// its Check (ahead=8, what workers.prefetchAhead is) or all of the frame's
+// before its first (ahead=512, what tasks did until round twelve), so that
+// the cache misses of several checks overlap.
 func BenchmarkCheckNewPrefetched(b *testing.B) {
-	f := warm(b, DefaultConfig())
-	r := rand.New(rand.NewPCG(3, 4))
-	ids := make([]uint64, 512)
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		if n%len(ids) == 0 {
-			for i := range ids {
-				ids[i] = r.Uint64()
-				f.Prefetch(ids[i])
+	for _, ahead := range []int{8, 512} {
+		b.Run(fmt.Sprintf("ahead=%d", ahead), func(b *testing.B) {
+			f := warm(b, DefaultConfig())
+			r := rand.New(rand.NewPCG(3, 4))
+			ids := make([]uint64, 512)
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				i := n % len(ids)
+				if i == 0 {
+					for j := range ids {
+						ids[j] = r.Uint64()
+					}
+					for j := range min(ahead, len(ids)) {
+						f.Prefetch(ids[j])
+					}
+				}
+				if i+ahead < len(ids) {
+					f.Prefetch(ids[i+ahead])
+				}
+				f.Check(ids[i], nil)
+				n++
 			}
-		}
-		f.Check(ids[n%len(ids)], nil)
-		n++
+		})
 	}
 }
 
