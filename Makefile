@@ -6,6 +6,7 @@ SHELL := /bin/bash
 
 test:
 	$(GO) test -race -timeout 20m ./...
+	$(GO) -C tools/tailtrace test -race ./...
 
 e2e:
 	$(GO) test -count=1 -tags e2e -timeout 20m -v ./e2e/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|    [a-z_]+_test.go:|        )' ; exit $${PIPESTATUS[0]}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	rtrace "runtime/trace"
+	"strconv"
 	"time"
 
 	"github.com/ackflow/ackflow/deadletter"
@@ -360,6 +362,15 @@ func (s *spoutExec) componentOf(task int32) string {
 	return s.r.plan.tasks[task].name
 }
 
+// A tree that takes slowTree or more to complete is logged as an event of
+// the execution trace, when one is running (runtime/trace, go test
+// -trace), with its latency in microseconds: tools/tailtrace reads them
+// and says what the slow trees coincided with (docs/performance.md).
+const (
+	slowTree         = 5 * time.Millisecond
+	slowTreeCategory = "ackflow.slow-tree"
+)
+
 // complete acks a root once, whichever of its attempts completed.
 func (s *spoutExec) complete(p *pendingRoot, now time.Time) {
 	if p.done {
@@ -370,6 +381,9 @@ func (s *spoutExec) complete(p *pendingRoot, now time.Time) {
 		delete(s.pending, p.tree)
 		s.pendingBytes -= p.bytes
 		d := now.Sub(p.start)
+		if d >= slowTree && rtrace.IsEnabled() {
+			rtrace.Log(context.Background(), slowTreeCategory, strconv.FormatInt(d.Microseconds(), 10))
+		}
 		s.cnt.latency.observe(d)
 		if s.cnt.complete != nil {
 			s.cnt.complete.Observe(d)
