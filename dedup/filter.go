@@ -49,8 +49,7 @@ type Filter struct {
 	perGen  int    // IDs the newest takes before it rotates
 	m       uint64 // bits per generation, a whole number of blocks
 	nblocks uint64 // blocks of blockBits per generation
-	rounds  int    // bits per ID in each word of its block; k = rounds*blockWords
-	k       int    // bits per ID, all in one block
+	rounds  int    // bits per ID in each word of its block (k, the bits per ID, is rounds*blockWords)
 	// The ID being checked (locate): its block and the k bits it sets
 	// there, the same in every generation, computed once per Check.
 	blk  uint64
@@ -84,7 +83,6 @@ func New(cfg Config) (*Filter, error) {
 	f := &Filter{cfg: cfg, perGen: cfg.perGeneration(), ring: newRing(cfg)}
 	m, rounds := sizing(uint(f.perGen), cfg.FPRate/float64(cfg.Generations))
 	f.m, f.rounds, f.nblocks = uint64(m), int(rounds), uint64(m/blockBits)
-	f.k = f.rounds * blockWords
 	f.gens = make([]generation, cfg.Generations)
 	f.gens[0] = f.newGeneration()
 	return f, nil
@@ -94,7 +92,7 @@ func New(cfg Config) (*Filter, error) {
 // and k, so an ID probes the same block and bits in each and one hash
 // serves them all.
 func (f *Filter) newGeneration() generation {
-	bf := bloom.New(uint(f.m), uint(f.k))
+	bf := bloom.New(uint(f.m), uint(f.rounds*blockWords))
 	return generation{bf: bf, words: bf.BitSet().Words()}
 }
 
@@ -116,9 +114,9 @@ func (f *Filter) newGeneration() generation {
 // Impala. Picking k bits anywhere in the block instead took 27.7 bits
 // per ID for the default config where the split layout takes 28.7, at
 // the same rate, but building its mask was a chain of read-modify-writes
-// of whichever word each bit fell in: a third of a Check's time with the
-// lines in cache (BenchmarkCheckNewPrefetched, docs/performance.md). The
-// split mask is eight independent shifts per round.
+// of whichever word each bit fell in: about a third of a Check's time
+// with the lines in cache (docs/performance.md, round twelve). The split
+// mask is eight independent shifts per round.
 // (bitset allocates a generation's words as one large object, which the
 // Go heap aligns to a page, so blocks are aligned to cache lines.)
 const (
@@ -187,7 +185,8 @@ func computeSizing(n uint, p float64) (m, rounds uint) {
 
 // maxRounds is the most bits an ID sets in each word: a round takes six
 // bits for each of the eight words from one 64-bit hash. The default
-// rate takes one round; a rate of 1e-5 per generation and below takes two.
+// rate (0.00033 per generation) takes one round; rates below about
+// 0.00015 per generation take two, down to 1e-7 at least.
 const maxRounds = 3
 
 // fpRate is the false-positive rate of a generation of c bits of filter

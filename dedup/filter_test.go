@@ -349,7 +349,8 @@ func TestStats(t *testing.T) {
 	}
 	// 1000 IDs of k bits each in m bits (8, one per word, and about 10
 	// million).
-	if want := 1000 * float64(f.k) / float64(f.m); f.k != 8 || math.Abs(s.FillRatio-want) > want/10 {
+	k := f.rounds * blockWords
+	if want := 1000 * float64(k) / float64(f.m); k != 8 || math.Abs(s.FillRatio-want) > want/10 {
 		t.Errorf("FillRatio %.6f, want about %.6f", s.FillRatio, want)
 	}
 	if s.EstimatedFPRate <= 0 || s.EstimatedFPRate > 1e-9 {
