@@ -113,13 +113,15 @@ func (t LinkType) String() string {
 		return "HWM"
 	case LinkNack:
 		return "NACK"
+	case LinkStart:
+		return "start"
 	}
 	return fmt.Sprintf("LinkType(%d)", uint8(t))
 }
 
 func (t AckType) valid() bool    { return t >= AckInit && t <= AckReset }
 func (t NoticeType) valid() bool { return t >= NoticeComplete && t <= NoticeReset }
-func (t LinkType) valid() bool   { return t == LinkHWM || t == LinkNack }
+func (t LinkType) valid() bool   { return t >= LinkHWM && t <= LinkStart }
 
 // AppendFrame appends the encoding of f to dst and returns the extended
 // buffer. Only the slice that matches f.Kind is encoded. Passing a reused
@@ -210,7 +212,7 @@ func appendLinks(dst []byte, links []LinkMsg) ([]byte, error) {
 	for i := range links {
 		l := &links[i]
 		if !l.Type.valid() {
-			return dst, fmt.Errorf("wire: link %d has unknown type %d; use LinkHWM or LinkNack", i, uint8(l.Type))
+			return dst, fmt.Errorf("wire: link %d has unknown type %d; use LinkHWM, LinkNack or LinkStart", i, uint8(l.Type))
 		}
 		if l.Type == LinkNack && l.Count == 0 {
 			return dst, fmt.Errorf("wire: link %d is a NACK for 0 frames; set Count to the number of frames to resend, or send nothing", i)

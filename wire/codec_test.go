@@ -90,6 +90,7 @@ func richLinks() *Frame {
 		{Type: LinkNack, Epoch: 1, Seq: 3, Count: 1},
 		{Type: LinkNack, Epoch: math.MaxUint64, Seq: math.MaxUint64, Count: math.MaxUint64},
 		{Type: LinkHWM},
+		{Type: LinkStart, Epoch: 3 << 20, Seq: 77},
 	}}
 }
 
@@ -225,8 +226,8 @@ func TestEncodeErrors(t *testing.T) {
 			"wire: ack 1 has unknown type 0; use AckInit, AckAck, AckFail or AckReset"},
 		{"unknown notice type", &Frame{Kind: KindNotice, Notices: []Notice{{Type: 4}}},
 			"wire: notice 0 has unknown type 4; use NoticeComplete, NoticeFailed or NoticeReset"},
-		{"unknown link type", &Frame{Kind: KindLink, Links: []LinkMsg{{Type: LinkHWM}, {Type: 3}}},
-			"wire: link 1 has unknown type 3; use LinkHWM or LinkNack"},
+		{"unknown link type", &Frame{Kind: KindLink, Links: []LinkMsg{{Type: LinkHWM}, {Type: 4}}},
+			"wire: link 1 has unknown type 4; use LinkHWM, LinkNack or LinkStart"},
 		{"NACK for no frames", &Frame{Kind: KindLink, Links: []LinkMsg{{Type: LinkNack, Seq: 4}}},
 			"wire: link 0 is a NACK for 0 frames; set Count to the number of frames to resend, or send nothing"},
 	}
@@ -335,7 +336,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"unknown notice type", notice(4, []byte{0}, []byte{0}), ErrCorrupt, "unknown notice type 4"},
 		{"notice task beyond int32", notice(NoticeFailed, beyondInt32, []byte{0}), ErrCorrupt, "notice 0: task 2147483648 does not fit in 32 bits"},
 		{"notice error beyond the limit", notice(NoticeFailed, []byte{1}, longErr(2*MaxErrLen)), ErrCorrupt, "notice 0: error text is 2048 bytes, more than MaxErrLen (1024)"},
-		{"unknown link type", hdr(KindLink, 2, byte(LinkHWM), 0, 0, 0, 3, 0, 0, 0), ErrCorrupt, "link 1: unknown link type 3"},
+		{"unknown link type", hdr(KindLink, 2, byte(LinkHWM), 0, 0, 0, 4, 0, 0, 0), ErrCorrupt, "link 1: unknown link type 4"},
 		{"link type zero", hdr(KindLink, 1, 0, 0, 0, 0), ErrCorrupt, "unknown link type 0"},
 		{"NACK for no frames", hdr(KindLink, 1, byte(LinkNack), 1, 5, 0), ErrCorrupt, "link 0: NACK for 0 frames"},
 		{"link epoch overflows", hdr(KindLink, 1, byte(LinkHWM), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0), ErrCorrupt, "epoch overflows"},
@@ -573,7 +574,7 @@ func TestKindString(t *testing.T) {
 }
 
 func TestLinkTypeString(t *testing.T) {
-	for lt, want := range map[LinkType]string{LinkHWM: "HWM", LinkNack: "NACK", 0: "LinkType(0)", 3: "LinkType(3)"} {
+	for lt, want := range map[LinkType]string{LinkHWM: "HWM", LinkNack: "NACK", LinkStart: "start", 0: "LinkType(0)", 4: "LinkType(4)"} {
 		if got := lt.String(); got != want {
 			t.Errorf("LinkType(%d).String() = %q, want %q", uint8(lt), got, want)
 		}
@@ -797,8 +798,11 @@ func randItems(r *rand.Rand) *Frame {
 		f := &Frame{Kind: KindLink}
 		for range n {
 			l := LinkMsg{Type: LinkHWM, Epoch: r.Uint64() >> r.IntN(64), Seq: r.Uint64() >> r.IntN(64)}
-			if r.IntN(2) == 0 {
+			switch r.IntN(3) {
+			case 0:
 				l.Type, l.Count = LinkNack, max(1, r.Uint64()>>r.IntN(64))
+			case 1:
+				l.Type = LinkStart
 			}
 			f.Links = append(f.Links, l)
 		}

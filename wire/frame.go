@@ -101,6 +101,13 @@ const (
 	// frame is addressed to to send again its frames of epoch Epoch with
 	// sequence numbers Seq .. Seq+Count-1, which never arrived.
 	LinkNack LinkType = 2
+	// LinkStart: the frame's sender tells a receiver that took over a
+	// moved slot that the frames it sent in epoch Epoch to the slot's new
+	// owner start after sequence number Seq. The receiver asks for any of
+	// those it misses, even ones before the first frame that reached it,
+	// and for none before Seq (they were for the owner that died). Count
+	// is 0.
+	LinkStart LinkType = 3
 )
 
 // LinkMsg is one transport control message between two tasks, about the

@@ -225,17 +225,30 @@ func (ff *frameFilter) watch(src int32, w *frameWindow) {
 	}
 }
 
-// hwm applies a sender's high-water mark: it sent frames up to seq in epoch.
-func (ff *frameFilter) hwm(src int32, epoch, seq uint64) {
+// linkWindow returns the window that a link message about src's frames of
+// epoch applies to, starting the epoch at seq if it is new (fresh). It
+// returns nil for an unknown sender or an older epoch, and when loss is
+// not tracked.
+func (ff *frameFilter) linkWindow(src int32, epoch, seq uint64) (w *frameWindow, fresh bool) {
 	if src < 0 || int(src) >= len(ff.wins) || !ff.track {
-		return
+		return nil, false
 	}
-	w := &ff.wins[src]
+	w = &ff.wins[src]
 	switch {
 	case epoch < w.epoch:
-		return
+		return nil, false
 	case epoch > w.epoch:
 		ff.newEpoch(w, src, epoch, seq)
+		return w, true
+	}
+	return w, false
+}
+
+// hwm applies a sender's high-water mark: it sent frames up to seq in epoch.
+func (ff *frameFilter) hwm(src int32, epoch, seq uint64) {
+	w, _ := ff.linkWindow(src, epoch, seq)
+	if w == nil {
+		return
 	}
 	if seq > w.expect {
 		w.expect = seq
@@ -243,6 +256,20 @@ func (ff *frameFilter) hwm(src int32, epoch, seq uint64) {
 	if seq > w.high {
 		ff.watch(src, w)
 	}
+}
+
+// start applies a sender's LinkStart: its frames of epoch for this
+// receiver start after seq (link.go, startFor). A receiver that counted
+// the sender's frames from a later one asks for those in between; one
+// that counts from an earlier one (frames that reached it before the
+// sender learned of the move) keeps that.
+func (ff *frameFilter) start(src int32, epoch, seq uint64) {
+	w, fresh := ff.linkWindow(src, epoch, seq)
+	if w == nil || fresh || seq >= w.base || w.high-seq >= window {
+		return // nothing to add, or beyond what the window tracks
+	}
+	w.base = seq
+	ff.watch(src, w)
 }
 
 // lossConfig tunes check.

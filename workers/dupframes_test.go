@@ -302,3 +302,66 @@ func TestRestartedReceiverAsksNewSendersForEverything(t *testing.T) {
 		t.Fatalf("NACKs %+v, want frames 1-4", msgs)
 	}
 }
+
+// TestMovedReceiverAsksForFramesAfterTheSendersStart: a moved slot's new
+// owner counts a running sender's frames from the first that reaches it;
+// the sender's LinkStart says where its frames for the new owner began,
+// and the frames lost in between are asked for, whether the start comes
+// before the first frame or after it. Frames before the start are not.
+func TestMovedReceiverAsksForFramesAfterTheSendersStart(t *testing.T) {
+	nacks := func(ff *frameFilter) []wire.LinkMsg {
+		var msgs []wire.LinkMsg
+		for _, at := range []int64{0, 1} {
+			ff.check(time.Unix(at, 0), lossConfig{maxNacks: 1}, func(_ int32, m []wire.LinkMsg) { msgs = append(msgs, m...) })
+		}
+		return msgs
+	}
+	want := []wire.LinkMsg{{Type: wire.LinkNack, Epoch: 1, Seq: 41, Count: 2}}
+	t.Run("start after the first frame", func(t *testing.T) {
+		ff := newFrameFilter(2, 2, true, func(int32) uint64 { return 1 })
+		ff.admit(&wire.Frame{Src: 0, Epoch: 1, Seq: 43}, false) // 41 and 42 lost
+		if got := nacks(ff); len(got) != 0 {
+			t.Fatalf("NACKs %+v before the sender said where it started", got)
+		}
+		ff.start(0, 1, 40)
+		if got := nacks(ff); !reflect.DeepEqual(got, want) {
+			t.Fatalf("NACKs %+v, want %+v", got, want)
+		}
+		// The resent frames go on although later ones were delivered.
+		for _, s := range []uint64{41, 42} {
+			f := &wire.Frame{Src: 0, Epoch: 1, Seq: s}
+			if !ff.admit(f, false) || len(ff.inOrder(f, nil)) != 1 {
+				t.Fatalf("resent frame %d held or refused", s)
+			}
+		}
+	})
+	t.Run("start before any frame", func(t *testing.T) {
+		ff := newFrameFilter(2, 2, true, func(int32) uint64 { return 1 })
+		ff.start(0, 1, 40)
+		ff.admit(&wire.Frame{Src: 0, Epoch: 1, Seq: 43}, false)
+		if got := nacks(ff); !reflect.DeepEqual(got, want) {
+			t.Fatalf("NACKs %+v, want %+v", got, want)
+		}
+	})
+	t.Run("frames from before the start", func(t *testing.T) {
+		ff := newFrameFilter(2, 2, true, func(int32) uint64 { return 1 })
+		ff.admit(&wire.Frame{Src: 0, Epoch: 1, Seq: 38}, false)
+		ff.admit(&wire.Frame{Src: 0, Epoch: 1, Seq: 42}, false) // 39-41 lost
+		ff.start(0, 1, 40)
+		want := []wire.LinkMsg{{Type: wire.LinkNack, Epoch: 1, Seq: 39, Count: 3}}
+		if got := nacks(ff); !reflect.DeepEqual(got, want) {
+			t.Fatalf("NACKs %+v, want %+v (the window began before the start)", got, want)
+		}
+	})
+	t.Run("a start of an older epoch", func(t *testing.T) {
+		ff := newFrameFilter(2, 2, true, func(int32) uint64 { return 1 })
+		ff.admit(&wire.Frame{Src: 0, Epoch: 2, Seq: 3}, false)
+		nacks(ff) // frames 1-2 of the restarted sender
+		ff.admit(&wire.Frame{Src: 0, Epoch: 2, Seq: 1}, false)
+		ff.admit(&wire.Frame{Src: 0, Epoch: 2, Seq: 2}, false)
+		ff.start(0, 1, 0)
+		if got := nacks(ff); len(got) != 0 {
+			t.Fatalf("NACKs %+v after a stale start", got)
+		}
+	})
+}

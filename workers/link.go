@@ -2,6 +2,7 @@ package workers
 
 import (
 	"math/bits"
+	"slices"
 	"sync"
 	"time"
 
@@ -306,6 +307,61 @@ func (o *outbox) probe(now time.Time) {
 			o.sendLink(dst, []wire.LinkMsg{{Type: wire.LinkHWM, Epoch: o.w.incarnation, Seq: o.seq[dst]}})
 		}
 	})
+	if len(o.starts) > 0 {
+		o.repeatStarts(now)
+	}
+}
+
+// A moved slot's new owner meets senders that ran all along, and cannot
+// tell which of their sequence numbers were meant for it: the frames sent
+// to the owner that died, or to nobody while the slot moved, belong to
+// trees the death notice failed, and asking for them would resend seconds
+// of traffic. So it counts a sender's frames from the first that reaches it
+// (frameFilter.newEpoch). When the frames before that one were lost too,
+// their trees waited for the message timeout, and a checkpoint, which
+// waits for every tree in flight, with them. The sender knows where its
+// frames for the new owner start: at the sequence number it had when it
+// learned of the move. It says so with a LinkStart, sent at once and
+// repeated on the high-water marks' schedule (a lost one is covered by the
+// next), and the receiver asks for what it missed from there.
+
+// linkStart is a LinkStart still to repeat to dst.
+type linkStart struct {
+	dst  int
+	msg  wire.LinkMsg
+	sent int
+	due  time.Time
+}
+
+// startFor notes that dst's slot now has incarnation epoch (it moved), and
+// tells dst where this task's frames for it start.
+func (o *outbox) startFor(dst int, epoch uint64) {
+	o.dstEpochs[dst] = epoch
+	st := linkStart{dst: dst, msg: wire.LinkMsg{Type: wire.LinkStart, Epoch: o.w.incarnation, Seq: o.seq[dst]}, sent: 1, due: time.Now().Add(probeQuiet)}
+	if i := slices.IndexFunc(o.starts, func(s linkStart) bool { return s.dst == dst }); i >= 0 {
+		o.starts[i] = st // it moved again before the last one was done
+	} else {
+		o.starts = append(o.starts, st)
+	}
+	o.sendLink(dst, []wire.LinkMsg{st.msg})
+}
+
+// repeatStarts sends the LinkStart messages that are due again.
+func (o *outbox) repeatStarts(now time.Time) {
+	for i := 0; i < len(o.starts); {
+		st := &o.starts[i]
+		if now.Before(st.due) {
+			i++
+			continue
+		}
+		o.sendLink(st.dst, []wire.LinkMsg{st.msg})
+		if st.sent++; st.sent >= maxProbes {
+			o.starts = slices.Delete(o.starts, i, i+1)
+			continue
+		}
+		st.due = now.Add(probeQuiet << st.sent)
+		i++
+	}
 }
 
 // resendTo answers a NACK from dst: it sends the frames again that dst
@@ -347,6 +403,8 @@ func (b *base) onLink(f *wire.Frame) {
 		switch m.Type {
 		case wire.LinkHWM:
 			b.ff.hwm(f.Src, m.Epoch, m.Seq)
+		case wire.LinkStart:
+			b.ff.start(f.Src, m.Epoch, m.Seq)
 		case wire.LinkNack:
 			if int(f.Src) >= 0 && int(f.Src) < len(b.r.plan.tasks) {
 				b.out.resendTo(int(f.Src), m)

@@ -1,8 +1,14 @@
 package workers
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ackflow/ackflow/chaos"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/wire"
 )
 
 // TestMarksWaitForQuiet checks the schedule of a sender's high-water marks:
@@ -121,5 +127,81 @@ func TestRenackBacksOff(t *testing.T) {
 	}
 	if w := c.renackAfter(60); w != maxRenack {
 		t.Fatalf("wait after 60 NACKs is %v, want %v", w, maxRenack)
+	}
+}
+
+// TestOutboxTellsAMovedSlotWhereItsFramesStart: once a destination's slot
+// has a new owner, a sender's next frame to it comes after a LinkStart
+// naming the sequence number the sender had reached, repeated on the
+// high-water marks' schedule; a destination whose slot did not move gets
+// none.
+func TestOutboxTellsAMovedSlotWhereItsFramesStart(t *testing.T) {
+	b := topology.NewBuilder("starts")
+	b.Spout("s", func() topology.Spout { return nil }, 1).Outputs("n")
+	b.Bolt("b", func() topology.Bolt { return nil }, 2).Input("s", topology.Shuffle())
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Workers = 3
+	p, err := newPlan(topo, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, moved, stayed := p.compTasks["s"][0], p.compTasks["b"][0], p.compTasks["b"][1]
+	for i := range p.assign {
+		p.assign[i] = 0
+	}
+	p.assign[moved], p.assign[stayed] = 1, 2
+	r := newRun(topo, p, cfg)
+	w := &Worker{r: r, slot: 0, incarnation: FrameEpoch(1, 0), epochs: make([]atomic.Uint64, 3), tasks: make([]*task, len(p.tasks)), recordLimit: 1 << 20}
+	for i := range w.epochs {
+		w.epochs[i].Store(FrameEpoch(1, 0))
+	}
+	o := newOutbox(context.Background(), w, src)
+	type sent struct {
+		dst int
+		f   *wire.Frame
+	}
+	var out []sent
+	o.link = chaos.NewLink(chaos.Config{}, src, func(dst int, f *wire.Frame) { out = append(out, sent{dst, f}) }, &r.chaosCnt)
+	starts := func(dst int) (msgs []wire.LinkMsg) {
+		for _, s := range out {
+			for _, l := range s.f.Links {
+				if s.dst == dst && l.Type == wire.LinkStart {
+					msgs = append(msgs, l)
+				}
+			}
+		}
+		return msgs
+	}
+	for range 3 {
+		o.send(moved, &wire.Frame{Kind: wire.KindData})
+		o.send(stayed, &wire.Frame{Kind: wire.KindData})
+	}
+	if got := append(starts(moved), starts(stayed)...); len(got) != 0 {
+		t.Fatalf("LinkStart %+v before any slot moved", got)
+	}
+	w.raiseEpoch(1, FrameEpoch(1, 1))
+	out = out[:0]
+	o.send(moved, &wire.Frame{Kind: wire.KindData})
+	o.send(stayed, &wire.Frame{Kind: wire.KindData})
+	want := wire.LinkMsg{Type: wire.LinkStart, Epoch: w.incarnation, Seq: 3}
+	if len(out) != 3 || out[0].dst != moved || len(out[0].f.Links) != 1 || out[0].f.Links[0] != want || out[1].f.Seq != 4 {
+		t.Fatalf("after the move the frames were %+v; want %+v to %d, then frame 4", out, want, moved)
+	}
+	for at := time.Duration(0); at < 10*time.Second; at += time.Millisecond {
+		o.probe(time.Now().Add(at))
+	}
+	if got := starts(moved); len(got) != maxProbes {
+		t.Fatalf("%d LinkStarts to the moved task, want %d", len(got), maxProbes)
+	}
+	if got := starts(stayed); len(got) != 0 {
+		t.Fatalf("LinkStart %+v to a task whose slot did not move", got)
+	}
+	o.send(moved, &wire.Frame{Kind: wire.KindData})
+	if got := starts(moved); len(got) != maxProbes {
+		t.Fatalf("a LinkStart after the repeats were done: %d", len(got))
 	}
 }

@@ -38,6 +38,11 @@ type outbox struct {
 	marks      marks
 	failed     []failedRecord // records whose frame could not be sent, failed after the flush
 	batchBytes int            // the byte bound of one frame
+	// dstEpochs is, per destination, the incarnation of its slot this task
+	// addressed last; starts are the LinkStart messages still to repeat
+	// to destinations whose slot moved since (link.go, startFor).
+	dstEpochs []uint64
+	starts    []linkStart
 }
 
 // failedRecord is a tree to fail because a frame carrying it could not be
@@ -62,6 +67,10 @@ func newOutbox(ctx context.Context, w *Worker, src int) *outbox {
 	if w.r.cfg.Guarantee != AtMostOnce {
 		o.resend = newResendBuffer(w.r.cfg.RetransmitBytes, w.r.cfg.Chaos.Enabled())
 		o.marks = newMarks(n)
+		o.dstEpochs = make([]uint64, n)
+		for dst := range o.dstEpochs {
+			o.dstEpochs[dst] = w.epochs[w.r.plan.assign[dst]].Load()
+		}
 	}
 	return o
 }
@@ -188,6 +197,11 @@ func (o *outbox) poll(now time.Time) int {
 }
 
 func (o *outbox) send(dst int, f *wire.Frame) {
+	if o.resend != nil {
+		if e := o.w.epochs[o.w.r.plan.assign[dst]].Load(); e != o.dstEpochs[dst] {
+			o.startFor(dst, e)
+		}
+	}
 	o.seq[dst]++
 	f.Src, f.Epoch, f.Seq = int32(o.src), o.w.incarnation, o.seq[dst]
 	if o.resend != nil {

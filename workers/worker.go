@@ -83,7 +83,8 @@ func (t *task) enqueue(f *wire.Frame, ctx context.Context, discarded func()) {
 }
 
 // dataPath reports whether f travels through the data inbox: records, and
-// a data sender's high-water marks to a bolt.
+// a data sender's high-water marks and LinkStarts to a bolt (they describe
+// the frames sent before and after them).
 func (t *task) dataPath(f *wire.Frame) bool {
 	switch f.Kind {
 	case wire.KindData:
@@ -91,7 +92,7 @@ func (t *task) dataPath(f *wire.Frame) bool {
 	case wire.KindLink:
 		plan := t.w.r.plan
 		return t.info.comp != nil && !t.info.comp.IsSpout() &&
-			len(f.Links) > 0 && f.Links[0].Type == wire.LinkHWM &&
+			len(f.Links) > 0 && (f.Links[0].Type == wire.LinkHWM || f.Links[0].Type == wire.LinkStart) &&
 			f.Src >= 0 && int(f.Src) < len(plan.tasks) && plan.tasks[f.Src].comp != nil
 	}
 	return false
