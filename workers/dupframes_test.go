@@ -1,7 +1,9 @@
 package workers
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"sort"
 	"strings"
@@ -148,35 +150,106 @@ func TestResendBufferKeepsTheNewestFrames(t *testing.T) {
 			b.keepBytes(dst, seq, frame(dst, seq), time.Unix(0, 0))
 		}
 	}
-	if len(b.ring) != 1000 {
-		t.Fatalf("ring of %d bytes, want 1000", len(b.ring))
+	if b.held != 1000 {
+		t.Fatalf("ring of %d bytes, want 1000", b.held)
 	}
-	kept := 0
+	// 46-byte frames in chunks of 125 bytes (an eighth of the limit): two
+	// a chunk, eight chunks; the oldest chunk is evicted to make room, so
+	// 14 to 16 of the newest are kept, and nothing older than them.
+	kept, oldest := 0, 200
 	for seq := uint64(1); seq <= 100; seq++ {
 		for dst := 0; dst < 2; dst++ {
 			f := b.find(dst, seq)
 			if f == nil {
+				if kept > 0 {
+					t.Fatalf("frame %d/%d is not kept, but an older one is", dst, seq)
+				}
 				continue
 			}
 			kept++
+			oldest = min(oldest, int(seq))
 			if got := string(b.encoding(f)); got != string(frame(dst, seq)) {
 				t.Fatalf("frame %d/%d reads back as %q", dst, seq, got)
 			}
 		}
 	}
-	// 46-byte frames: 21 fit in 1000 bytes, the newest.
-	if kept != 21 || b.find(1, 100) == nil || b.find(0, 91) == nil || b.find(0, 90) != nil {
-		t.Fatalf("%d frames kept; newest %v", kept, b.find(1, 100) != nil)
+	if kept < 14 || kept > 16 || b.find(1, 100) == nil {
+		t.Fatalf("%d frames kept from seq %d; newest %v", kept, oldest, b.find(1, 100) != nil)
 	}
 	enc := frame(0, 101)
 	b.keepBytes(0, 101, enc, time.Unix(0, 0))
 	enc[0] = 'X'
 	if f := b.find(0, 101); f == nil || b.encoding(f)[0] != '0' {
-		t.Fatal("keepBytes must keep a copy")
+		t.Fatal("keepBytes must keep a copy of an encoding made elsewhere")
 	}
 	b.keepBytes(0, 102, make([]byte, 2000), time.Unix(0, 0))
 	if b.find(0, 102) != nil {
 		t.Fatal("a frame larger than the ring is kept")
+	}
+}
+
+// TestResendBufferKeepsEncodingsInPlace: frames encoded into tail stay
+// where they were written, whatever their sizes (larger than a chunk,
+// larger than tail's room, mixed with copies), and the ring keeps the
+// newest of them within its limit, each reading back as it was written.
+func TestResendBufferKeepsEncodingsInPlace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const limit = 1 << 20
+	b := newResendBuffer(limit, false)
+	want := map[uint64][]byte{}
+	at := time.Unix(1000, 0)
+	inPlace, copies := 0, 0
+	for seq := uint64(1); seq <= 5000; seq++ {
+		n := 1 + rng.IntN(2000)
+		switch rng.IntN(50) {
+		case 0:
+			n = 100_000 + rng.IntN(300_000) // a frame of large records
+		case 1:
+			n = limit + 1 // too large to keep
+		}
+		content := make([]byte, n)
+		for i := range content {
+			content[i] = byte(seq + uint64(i))
+		}
+		var enc []byte
+		if rng.IntN(4) == 0 {
+			enc = content // encoded elsewhere
+		} else {
+			enc = append(b.tail(at), content...)
+		}
+		tailed := len(b.chunks) > 0 && b.write < len(b.chunks[len(b.chunks)-1]) && &b.chunks[len(b.chunks)-1][b.write] == &enc[0]
+		b.keepBytes(int(seq%3), seq, enc, at)
+		if n > limit {
+			if b.find(int(seq%3), seq) != nil {
+				t.Fatalf("frame %d of %d bytes is kept in a ring of %d", seq, n, limit)
+			}
+			continue
+		}
+		want[seq] = content
+		f := b.find(int(seq%3), seq)
+		if f == nil {
+			t.Fatalf("the newest frame %d is not kept", seq)
+		}
+		if tailed {
+			inPlace++
+			if &b.encoding(f)[0] != &enc[0] {
+				t.Fatalf("frame %d was encoded into the tail but kept elsewhere", seq)
+			}
+		} else {
+			copies++
+		}
+		if b.held > limit {
+			t.Fatalf("the ring holds %d bytes, over its limit %d", b.held, limit)
+		}
+		for i := b.head; i < len(b.sent); i++ {
+			s := &b.sent[i]
+			if !bytes.Equal(b.encoding(s), want[s.seq]) {
+				t.Fatalf("after frame %d: kept frame %d reads back wrong", seq, s.seq)
+			}
+		}
+	}
+	if inPlace < 3000 || copies < 1000 {
+		t.Fatalf("%d frames kept in place and %d copied: the test did not exercise both", inPlace, copies)
 	}
 }
 
@@ -192,15 +265,15 @@ func TestResendRingGrowsWithTraffic(t *testing.T) {
 		slow.keepBytes(0, seq, enc(seq), at)
 		at = at.Add(100 * time.Millisecond) // 10 KB/s
 	}
-	if len(slow.ring) != minResendRing {
-		t.Fatalf("a task publishing 10 KB/s has a ring of %d bytes, want %d", len(slow.ring), minResendRing)
+	if slow.held != minResendRing {
+		t.Fatalf("a task publishing 10 KB/s has a ring of %d bytes, want %d", slow.held, minResendRing)
 	}
 	busy := newResendBuffer(1<<20, false)
 	for seq := uint64(1); seq <= 2000; seq++ {
 		busy.keepBytes(0, seq, enc(seq), at) // 2 MB in no time
 	}
-	if len(busy.ring) != 1<<20 {
-		t.Fatalf("a busy task has a ring of %d bytes, want the limit %d", len(busy.ring), 1<<20)
+	if busy.held != 1<<20 {
+		t.Fatalf("a busy task has a ring of %d bytes, want the limit %d", busy.held, 1<<20)
 	}
 	for _, b := range []*resendBuffer{slow, busy} {
 		newest := b.find(0, 2000)
@@ -235,8 +308,8 @@ func TestResendRingsFromThePoolReadBackRight(t *testing.T) {
 		for seq := uint64(1); seq <= 3000; seq++ {
 			b.keepBytes(int(seq%3), seq, enc(seq), at)
 		}
-		if len(b.ring) != 1<<20 {
-			t.Fatalf("round %d: ring of %d bytes, want the limit", round, len(b.ring))
+		if b.held != 1<<20 {
+			t.Fatalf("round %d: ring of %d bytes, want the limit", round, b.held)
 		}
 		for i := b.head; i < len(b.sent); i++ {
 			s := &b.sent[i]
@@ -248,7 +321,7 @@ func TestResendRingsFromThePoolReadBackRight(t *testing.T) {
 			t.Fatalf("round %d: the newest frame is not kept", round)
 		}
 		b.release()
-		if b.ring != nil || b.find(0, 3000) != nil {
+		if b.chunks != nil || b.find(0, 3000) != nil {
 			t.Fatalf("round %d: a released buffer still holds frames", round)
 		}
 	}

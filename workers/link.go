@@ -42,27 +42,32 @@ const (
 
 // resendBuffer keeps one task's most recent frames, up to a byte bound, so
 // that a NACK can be answered. Without chaos it keeps the encoded bytes of
-// frames published to NATS, copied into one circular buffer allocated once:
-// frames handed to a task of the same worker go over a Go channel and
-// cannot be lost, and a byte ring costs no allocation per frame and holds
-// no pointers for the GC to scan (an allocation per frame showed in tail
-// latency). With chaos, which drops frames before they are encoded and
-// drops local frames too, it keeps the frames themselves.
+// frames published to NATS, in a ring of byte chunks that the frames are
+// encoded into (tail) before they are published: frames handed to a task
+// of the same worker go over a Go channel and cannot be lost, and byte
+// chunks cost no allocation per frame and hold no pointers for the GC to
+// scan (an allocation per frame showed in tail latency). With chaos, which
+// drops frames before they are encoded and drops local frames too, it
+// keeps the frames themselves.
 type resendBuffer struct {
 	keepFrames bool
 	limit      int64
 
-	ring  []byte      // circular; grows from minResendRing up to limit
-	write int         // where the next encoding goes
-	sent  []sentFrame // oldest first from head
-	head  int
-	bytes int64 // of kept frames (keepFrames)
+	chunks  [][]byte    // oldest first; frames are written into the last
+	first   uint64      // the number of chunks[0]; chunks are numbered in the order they are taken into use
+	held    int64       // bytes of chunks
+	write   int         // where the next encoding goes in the last chunk
+	largest int         // the largest encoding kept so far
+	sent    []sentFrame // oldest first from head
+	head    int
+	bytes   int64 // of kept frames (keepFrames)
 }
 
 type sentFrame struct {
 	dst    int
 	seq    uint64
-	off, n int         // the encoding in ring (without chaos)
+	chunk  uint64      // the number of the chunk holding the encoding (without chaos)
+	off, n int         // the encoding in its chunk (without chaos)
 	at     int64       // when it was kept, in UnixNano (without chaos)
 	frame  *wire.Frame // the frame (with chaos)
 	size   int64       // estimated bytes of frame
@@ -76,79 +81,132 @@ func newResendBuffer(limit int64, keepFrames bool) *resendBuffer {
 // and the sender's high-water marks that reveal the loss of a burst's last
 // frames follow for about 5 s (maxProbes); a frame older than that is
 // almost never asked for, and the message timeout covers it. So the ring
-// starts small and doubles, up to the limit, only when it would otherwise
-// evict a frame younger than resendKeepFor: it settles at what the task
-// publishes in that time. A fixed ring of the limit per task made a
-// topology of 128 tasks hold 1 GiB of rings that its traffic never needed.
+// starts with one small chunk and takes another, up to the limit, only
+// when it would otherwise evict a frame younger than resendKeepFor: it
+// settles at what the task publishes in that time. A fixed ring of the
+// limit per task made a topology of 128 tasks hold 1 GiB of rings that its
+// traffic never needed. Each new chunk is as large as the ring so far
+// (from minResendRing), up to an eighth of the limit, so the ring doubles
+// without moving what it holds (a contiguous ring that doubled copied its
+// frames each time: 2% of the CPU of the benchmark's word count, whose
+// runs start fresh rings), and evicting the oldest chunk to make room
+// drops at most about an eighth of the kept frames.
 const (
 	minResendRing = 64 << 10
 	resendKeepFor = 5 * time.Second
 )
 
-// keepBytes copies a published frame's encoding into the ring, evicting the
-// oldest frames it overwrites. A frame larger than the ring at its limit is
-// not kept.
+// tail returns the free end of the chunk being written, empty and with
+// room for an encoding as large as the largest kept so far, for the
+// caller to encode a frame into before keepBytes keeps it in place. It
+// may evict the oldest chunk's frames to make the room.
+func (b *resendBuffer) tail(now time.Time) []byte {
+	if len(b.chunks) == 0 || len(b.chunks[len(b.chunks)-1])-b.write < b.largest {
+		b.advance(max(b.largest, 1), now.UnixNano())
+	}
+	c := b.chunks[len(b.chunks)-1]
+	return c[b.write:b.write:len(c)]
+}
+
+// keepBytes keeps a published frame's encoding: where it is, if enc was
+// encoded into tail and fit, or else as a copy, evicting the oldest
+// frames to make room. A frame larger than the limit is not kept.
 func (b *resendBuffer) keepBytes(dst int, seq uint64, enc []byte, now time.Time) {
 	n := len(enc)
-	if int64(n) > b.limit {
+	if int64(n) > b.limit || n == 0 {
 		return
 	}
 	at := now.UnixNano()
-	for b.write+n > len(b.ring) && int64(len(b.ring)) < b.limit && (n > len(b.ring) || b.head < len(b.sent) && at-b.sent[b.head].at < int64(resendKeepFor)) {
-		b.grow()
+	b.largest = max(b.largest, n)
+	inPlace := false
+	if len(b.chunks) > 0 {
+		c := b.chunks[len(b.chunks)-1]
+		inPlace = b.write < len(c) && n <= len(c)-b.write && &c[b.write] == &enc[0]
 	}
-	if b.write+n > len(b.ring) {
-		// Wrap: what lies between write and the end is dropped with the
-		// frames that use it.
-		b.evict(b.write, len(b.ring))
-		b.write = 0
+	if !inPlace {
+		if len(b.chunks) == 0 || len(b.chunks[len(b.chunks)-1])-b.write < n {
+			b.advance(n, at)
+		}
+		copy(b.chunks[len(b.chunks)-1][b.write:], enc)
 	}
-	b.evict(b.write, b.write+n)
-	copy(b.ring[b.write:], enc)
-	b.append(sentFrame{dst: dst, seq: seq, off: b.write, n: n, at: at})
+	b.append(sentFrame{dst: dst, seq: seq, chunk: b.first + uint64(len(b.chunks)-1), off: b.write, n: n, at: at})
 	b.write += n
 }
 
-// grow doubles the ring (or allocates the first one) and moves the kept
-// encodings to its start, oldest first. The rings come from, and the
-// outgrown one goes to, ringPool.
-func (b *resendBuffer) grow() {
-	size := int64(minResendRing)
-	if len(b.ring) > 0 {
-		size = 2 * int64(len(b.ring))
+// advance starts writing a chunk with room for n bytes (n at most the
+// limit): a new one while the ring is below its limit and its oldest frame
+// younger than resendKeepFor, or else the oldest chunk, whose frames are
+// evicted.
+func (b *resendBuffer) advance(n int, at int64) {
+	for {
+		size := b.chunkSize(n)
+		young := b.head == len(b.sent) || at-b.sent[b.head].at < int64(resendKeepFor)
+		if b.held+int64(size) <= b.limit && (young || len(b.chunks) == 0) {
+			b.use(getRing(size))
+			return
+		}
+		old := b.chunks[0]
+		for b.head < len(b.sent) && b.sent[b.head].chunk == b.first {
+			b.sent[b.head] = sentFrame{}
+			b.head++
+		}
+		b.chunks[0] = nil
+		b.chunks = b.chunks[1:]
+		b.first++
+		b.held -= int64(len(old))
+		if len(old) >= n {
+			b.use(old)
+			return
+		}
+		putRing(old)
 	}
-	ring := getRing(int(min(size, b.limit)))
-	w := 0
-	for i := b.head; i < len(b.sent); i++ {
-		s := &b.sent[i]
-		copy(ring[w:], b.ring[s.off:s.off+s.n])
-		s.off = w
-		w += s.n
-	}
-	putRing(b.ring)
-	b.ring, b.write = ring, w
 }
 
-// release gives the ring back to ringPool when the task has ended: nothing
-// is resent from it any more.
+// use makes c the chunk written, at its start.
+func (b *resendBuffer) use(c []byte) {
+	b.chunks = append(b.chunks, c)
+	b.held += int64(len(c))
+	b.write = 0
+}
+
+// chunkSize is the size of the next chunk to allocate for a frame of n
+// bytes: as large as the ring so far, from minResendRing up to an eighth
+// of the limit, and large enough for the frame.
+func (b *resendBuffer) chunkSize(n int) int {
+	most := int64(minResendRing)
+	for most*2 <= b.limit/8 {
+		most *= 2
+	}
+	most = min(most, max(b.limit/8, 1))
+	size := max(min(int64(minResendRing), most), min(b.held, most))
+	for size < int64(n) {
+		size *= 2
+	}
+	return int(min(size, b.limit))
+}
+
+// release gives the chunks back to ringPool when the task has ended:
+// nothing is resent from them any more.
 func (b *resendBuffer) release() {
-	putRing(b.ring)
-	b.ring, b.sent, b.head, b.write = nil, nil, 0, 0
+	for _, c := range b.chunks {
+		putRing(c)
+	}
+	b.chunks, b.sent, b.head, b.write, b.held = nil, nil, 0, 0, 0
 }
 
-// ringPool holds resend rings that tasks outgrew or left behind, by size
-// class (minResendRing << i), for the tasks that grow into that size
-// next. Every run, and in cluster mode every generation, starts its tasks
-// with new rings that double up to what 5 s of their traffic needs; the
-// allocations and page faults of that growth were 15% of all bytes
-// allocated in the benchmark's word count. sync.Pool lets the garbage
-// collector take rings nobody asks for again.
+// ringPool holds resend chunks that tasks left behind or could not reuse,
+// by size class (minResendRing << i), for the tasks that take a chunk of
+// that size next. Every run, and in cluster mode every generation, starts
+// its tasks with new rings that grow up to what 5 s of their traffic
+// needs; the allocations and page faults of that growth were 15% of all
+// bytes allocated in the benchmark's word count. sync.Pool lets the
+// garbage collector take chunks nobody asks for again.
 var ringPool [ringClasses]sync.Pool
 
 const ringClasses = 16 // up to minResendRing << 15 = 2 GiB
 
-// ringClass returns the size class of a ring of n bytes, or -1 when n is
-// not one (a ring at a limit that is not minResendRing times a power of
+// ringClass returns the size class of a chunk of n bytes, or -1 when n is
+// not one (a chunk for a limit that is not minResendRing times a power of
 // two).
 func ringClass(n int) int {
 	if n < minResendRing || n%minResendRing != 0 || bits.OnesCount(uint(n/minResendRing)) != 1 {
@@ -172,18 +230,6 @@ func getRing(n int) []byte {
 func putRing(ring []byte) {
 	if c := ringClass(len(ring)); c >= 0 {
 		ringPool[c].Put(&ring)
-	}
-}
-
-// evict drops the oldest kept encodings that overlap [from, to).
-func (b *resendBuffer) evict(from, to int) {
-	for b.head < len(b.sent) {
-		s := &b.sent[b.head]
-		if s.off+s.n <= from || s.off >= to {
-			return // the oldest frame is clear of the region, so are the rest
-		}
-		*s = sentFrame{}
-		b.head++
 	}
 }
 
@@ -235,7 +281,9 @@ func (b *resendBuffer) find(dst int, seq uint64) *sentFrame {
 }
 
 // encoding returns a kept frame's bytes (without chaos).
-func (b *resendBuffer) encoding(s *sentFrame) []byte { return b.ring[s.off : s.off+s.n] }
+func (b *resendBuffer) encoding(s *sentFrame) []byte {
+	return b.chunks[s.chunk-b.first][s.off : s.off+s.n]
+}
 
 // marks schedules one sender's high-water marks: after its last frame to a
 // destination, the first once the destination has had no frame for

@@ -238,20 +238,32 @@ func (o *outbox) transmit(dst int, f *wire.Frame) {
 			return
 		}
 	}
-	enc, err := wire.AppendFrame(o.enc[:0], f)
+	// A frame kept for resending is encoded into the resend ring, where
+	// it stays: one copy fewer than encoding it elsewhere and keeping a
+	// copy.
+	keep := o.resend != nil && !o.resend.keepFrames && f.Seq != 0
+	var now time.Time
+	buf := o.enc[:0]
+	if keep {
+		now = time.Now()
+		buf = o.resend.tail(now)
+	}
+	enc, err := wire.AppendFrame(buf, f)
 	if err != nil {
 		// Values are normalised and checked at emit, so this is a bug; the
 		// records' trees fail rather than vanish.
 		o.undeliverable(f, "cannot encode the frame: "+err.Error())
 		return
 	}
-	o.enc = enc
+	if !keep {
+		o.enc = enc
+	}
 	if err := o.w.nc.Publish(r.subjects[dst], enc); err != nil {
 		o.undeliverable(f, "cannot publish the frame: "+err.Error())
 		return
 	}
-	if o.resend != nil && !o.resend.keepFrames && f.Seq != 0 {
-		o.resend.keepBytes(dst, f.Seq, enc, time.Now())
+	if keep {
+		o.resend.keepBytes(dst, f.Seq, enc, now)
 	}
 	if f.Kind == wire.KindData {
 		r.tc.sentRecords.Add(n)
