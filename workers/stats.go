@@ -101,17 +101,33 @@ type histogram struct {
 	count   atomic.Int64
 }
 
+// bucketOf returns floor(16 log2(d in µs)), from the float's exponent and
+// a binary search of its mantissa among the 16 bucket edges of an octave:
+// one bucket is counted per tree, and math.Log2 took 0.7% of the CPU of the
+// benchmark's word count.
 func bucketOf(d time.Duration) int {
 	us := float64(d) / float64(time.Microsecond)
 	if us < 1 {
 		return 0
 	}
-	b := int(math.Log2(us) * 16)
-	if b >= len(histogram{}.buckets) {
-		b = len(histogram{}.buckets) - 1
+	frac, exp := math.Frexp(us) // us = frac * 2^exp, frac in [0.5, 1)
+	m, k := 2*frac, 0
+	for step := 8; step > 0; step >>= 1 {
+		if m >= octaveEdges[k+step] {
+			k += step
+		}
 	}
-	return b
+	return min(16*(exp-1)+k, len(histogram{}.buckets)-1)
 }
+
+// octaveEdges[i] is 2^(i/16), the lower edge of the i-th bucket of an
+// octave relative to the octave's start.
+var octaveEdges = func() (e [17]float64) {
+	for i := range e {
+		e[i] = math.Exp2(float64(i) / 16)
+	}
+	return e
+}()
 
 func (h *histogram) observe(d time.Duration) {
 	h.buckets[bucketOf(d)].Add(1)
