@@ -63,8 +63,11 @@ var parts = []struct {
 const goRuntime = "Go runtime (GC, scheduler, syscalls)"
 
 // partOf returns the part of a sample's stack, innermost frame first.
+// The profiler writes a dot in a package path's last element as %2e
+// (github.com/nats-io/nats%2ego): it is matched as the dot it stands for.
 func partOf(stack []string) string {
 	for _, fn := range stack {
+		fn = strings.ReplaceAll(fn, "%2e", ".")
 		for _, p := range parts {
 			for _, pre := range p.prefixes {
 				if strings.HasPrefix(fn, pre) {

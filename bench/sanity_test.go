@@ -78,6 +78,9 @@ func TestPartOf(t *testing.T) {
 		{[]string{"strings.FieldsFunc", "github.com/ackflow/ackflow/examples/wordcount.SplitWords", "github.com/ackflow/ackflow/workers.(*boltExec).execute"}, "user code (split, count)"},
 		{[]string{"runtime.gcBgMarkWorker"}, goRuntime},
 		{[]string{"github.com/nats-io/nats-server/v2/server.(*client).readLoop"}, "NATS server (embedded)"},
+		// As the profiler names nats.go's functions.
+		{[]string{"internal/runtime/syscall/linux.Syscall6", "syscall.Write", "github.com/nats-io/nats%2ego.(*Conn).flusher"}, "NATS client"},
+		{[]string{"runtime.memmove", "github.com/nats-io/nats%2ego.(*Conn).publish", "github.com/ackflow/ackflow/workers.(*outbox).transmit"}, "NATS client"},
 	} {
 		if got := partOf(c.stack); got != c.want {
 			t.Errorf("partOf(%q) = %q, want %q", c.stack, got, c.want)
