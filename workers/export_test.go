@@ -62,3 +62,11 @@ func CheckpointedCounters(ctx context.Context, store checkpoint.Store, topo stri
 	}
 	return nil, fmt.Errorf("no epoch %d of %s in the store", epoch, topo)
 }
+
+// SetAnnounceEvery sets how often a member that has not begun says
+// "ready", until the returned function restores it.
+func SetAnnounceEvery(d time.Duration) (restore func()) {
+	old := announceEvery
+	announceEvery = d
+	return func() { announceEvery = old }
+}

@@ -71,6 +71,13 @@ func LeadGeneration(ctx context.Context, topo *topology.Topology, cfg Config, g 
 	if l.sub, err = nc.Subscribe(barrierSubject(topo.Name), l.onBarrier); err == nil {
 		err = nc.Flush()
 	}
+	if err == nil {
+		// Members that joined before this subscription was live said
+		// "ready" to no one; they say it again when called, rather than
+		// at their next announce (a quarter of a local run's starts
+		// waited 100 ms for it).
+		err = nc.Publish(barrierSubject(topo.Name), fmt.Appendf(nil, "call %d", g.Number))
+	}
 	if err != nil {
 		l.closeCoordinator()
 		nc.Close()

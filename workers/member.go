@@ -301,17 +301,18 @@ func (r *run) restoreEpoch(ctx context.Context, epoch uint64) error {
 	return nil
 }
 
-// announce says "ready" every 100ms until the leader says "begin", then
-// every second: a leader elected later learns from it that the generation
-// runs, and begins its checkpoints.
+// announce says "ready" every announceEvery until the leader says
+// "begin", then every second: a leader elected later learns from it that
+// the generation runs, and begins its checkpoints. A leader that starts
+// after the first "ready" (its subscription was not yet live) asks for
+// another at once ("call", onBarrier) rather than wait for the next.
 func (m *Member) announce(subject string) {
 	defer m.wg.Done()
-	msg := []byte(fmt.Sprintf("ready %d %d %d", m.g.Number, m.slot, m.g.incarnation(m.slot)))
-	t := time.NewTicker(100 * time.Millisecond)
+	t := time.NewTicker(announceEvery)
 	defer t.Stop()
 	begun := m.begun
 	for {
-		m.w.nc.Publish(subject, msg)
+		m.w.nc.Publish(subject, m.ready())
 		select {
 		case <-begun:
 			t.Reset(time.Second)
@@ -323,12 +324,25 @@ func (m *Member) announce(subject string) {
 	}
 }
 
+// ready is the member's "ready <generation> <slot> <incarnation>".
+func (m *Member) ready() []byte {
+	return fmt.Appendf(nil, "ready %d %d %d", m.g.Number, m.slot, m.g.incarnation(m.slot))
+}
+
+// announceEvery is how often a member that has not begun says "ready".
+var announceEvery = 100 * time.Millisecond
+
 func (m *Member) onBarrier(msg *nats.Msg) {
 	f := strings.Fields(string(msg.Data))
-	if len(f) != 2 || f[0] != "begin" && f[0] != "end" {
+	if len(f) != 2 || f[0] != "begin" && f[0] != "end" && f[0] != "call" {
 		return
 	}
 	if gen, err := strconv.ParseUint(f[1], 10, 64); err != nil || gen != m.g.Number {
+		return
+	}
+	if f[0] == "call" {
+		// A leader that has just started asks who is ready.
+		m.w.nc.Publish(msg.Subject, m.ready())
 		return
 	}
 	if f[0] == "end" {

@@ -1,0 +1,98 @@
+package workers_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/ackflow/ackflow/deadletter"
+	"github.com/ackflow/ackflow/embednats"
+	"github.com/ackflow/ackflow/flowtest"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/workers"
+)
+
+// TestMembersBeginWhenTheirLeaderStartsAfterThem: a member says "ready"
+// when it joins a generation and then once per announce period; a leader
+// that subscribes after the members' first "ready" calls for another, so
+// the generation begins at once instead of at the next period. With the
+// period an hour, the members begin only if the call is answered.
+func TestMembersBeginWhenTheirLeaderStartsAfterThem(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	defer workers.SetAnnounceEvery(time.Hour)()
+	srv, err := embednats.Start(embednats.Config{NoJetStream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	sink := flowtest.NewSink()
+	topo := numbersTopology(t, "late-leader", func() topology.Spout { return &numbers{n: 1000} }, func() topology.Bolt { return &pass{} }, sink)
+	cfg := workers.DefaultConfig()
+	cfg.NATSURL, cfg.Workers, cfg.DeadLetters = srv.URL(), 2, deadletter.NewMemory()
+	refs, err := workers.Tasks(topo, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := workers.Generation{Number: 1, Slots: 2, Assign: make([]int, len(refs))}
+	for i := range g.Assign {
+		g.Assign[i] = i % 2
+	}
+
+	watch, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	var readies atomic.Int32
+	if _, err := watch.Subscribe("ackflow.late-leader.gen", func(m *nats.Msg) {
+		if strings.HasPrefix(string(m.Data), "ready ") {
+			readies.Add(1)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	var members []*workers.Member
+	defer func() {
+		for _, m := range members {
+			m.Stop()
+		}
+	}()
+	for slot := range 2 {
+		m, err := workers.JoinGeneration(ctx, topo, cfg, g, slot, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m)
+	}
+	// Both have said "ready", and no leader heard it.
+	for deadline := time.Now().Add(10 * time.Second); readies.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the 2 members said ready in 10 s", readies.Load())
+		}
+	}
+	l, err := workers.LeadGeneration(ctx, topo, cfg, g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, m := range members {
+		select {
+		case <-m.Begun():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("slot %d did not begin in 20 s: the leader's call for ready went unanswered (%d readies seen)", m.Slot(), readies.Load())
+		}
+	}
+	if got := readies.Load(); got < 4 {
+		t.Fatalf("%d readies seen; want the 2 first ones and 2 answers to the call", got)
+	}
+}
