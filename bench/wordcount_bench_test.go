@@ -26,7 +26,7 @@ func BenchmarkWordCount(b *testing.B) {
 		noDedup bool
 	}{{"at-most-once", workers.AtMostOnce, true}, {"at-least-once", workers.AtLeastOnce, true}, {"at-least-once-dedup", workers.AtLeastOnce, false}} {
 		b.Run(m.name, func(b *testing.B) {
-			var records, secs float64
+			var records, secs, startMs, endMs, worstStartMs float64
 			cpu0 := processCPU()
 			for b.Loop() {
 				sum, lostWords, err := s.wordCount(context.Background(), wordcount.Config{}, func(c *workers.Config) { c.Guarantee, c.NoDedup = m.g, m.noDedup })
@@ -38,8 +38,19 @@ func BenchmarkWordCount(b *testing.B) {
 				}
 				records += float64(sum.Records)
 				secs += sum.Duration.Seconds()
+				startMs += ms(sum.FirstRecordAfter)
+				endMs += ms(sum.EndedAfterLastTree)
+				worstStartMs = max(worstStartMs, ms(sum.FirstRecordAfter))
 			}
 			b.ReportMetric(records/secs, "records/s")
+			// A run's start-up (submission to the first record, the mean
+			// and the longest) and, with trees to track, how long it goes
+			// on after its last tree completes.
+			b.ReportMetric(startMs/float64(b.N), "start-ms")
+			b.ReportMetric(worstStartMs, "worst-start-ms")
+			if endMs > 0 {
+				b.ReportMetric(endMs/float64(b.N), "end-ms")
+			}
 			// CPU time of the whole process (both workers, the NATS server)
 			// per record: steadier than records/s on a shared machine, where
 			// a slow spell stretches a run but not the work it does.

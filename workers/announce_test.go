@@ -96,3 +96,33 @@ func TestMembersBeginWhenTheirLeaderStartsAfterThem(t *testing.T) {
 		t.Fatalf("%d readies seen; want the 2 first ones and 2 answers to the call", got)
 	}
 }
+
+// TestSummaryTimesTheStartAndTheEnd: a run's summary says how long its
+// first record took to leave and how long the run went on after its last
+// tree completed, both inside the run's duration; at-most-once completes
+// no tree, so only the first is measured.
+func TestSummaryTimesTheStartAndTheEnd(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv, err := embednats.Start(embednats.Config{NoJetStream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	for _, g := range []workers.Guarantee{workers.AtLeastOnce, workers.AtMostOnce} {
+		sink := flowtest.NewSink()
+		topo := numbersTopology(t, "times", func() topology.Spout { return &numbers{n: 5000} }, func() topology.Bolt { return &pass{} }, sink)
+		sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{Guarantee: g, Configure: func(c *workers.Config) { c.NATSURL = srv.URL() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.FirstRecordAfter <= 0 || sum.FirstRecordAfter >= sum.Duration {
+			t.Errorf("%v: first record after %v of a %v run", g, sum.FirstRecordAfter, sum.Duration)
+		}
+		switch {
+		case g == workers.AtMostOnce && sum.EndedAfterLastTree != 0:
+			t.Errorf("at-most-once: ended %v after a last tree it does not track", sum.EndedAfterLastTree)
+		case g == workers.AtLeastOnce && (sum.EndedAfterLastTree <= 0 || sum.FirstRecordAfter+sum.EndedAfterLastTree >= sum.Duration):
+			t.Errorf("at-least-once: first record after %v, ended %v after the last tree, of a %v run", sum.FirstRecordAfter, sum.EndedAfterLastTree, sum.Duration)
+		}
+	}
+}

@@ -210,6 +210,7 @@ func (f *figures) summary(crashes []time.Time) *Summary {
 	var inFlight int64
 	for _, p := range f.parts {
 		s.addCounts(p.sum)
+		s.noteTimes(p.sum.firstRoot, p.sum.lastTree)
 		inFlight += p.inFlight
 		if p.gen == last.gen {
 			s.LogEntries += p.sum.LogEntries
@@ -307,6 +308,15 @@ func (f *figures) checkpoints() CheckpointSummary {
 }
 
 // addCounts adds o's counters (not its components) to s.
+// noteTimes keeps the earliest first root and the latest tree completion
+// (UnixNano, 0: none).
+func (s *Summary) noteTimes(firstRoot, lastTree int64) {
+	if firstRoot > 0 && (s.firstRoot == 0 || firstRoot < s.firstRoot) {
+		s.firstRoot = firstRoot
+	}
+	s.lastTree = max(s.lastTree, lastTree)
+}
+
 func (s *Summary) addCounts(o *Summary) {
 	s.NATSMessagesOut += o.NATSMessagesOut
 	s.NATSBytesOut += o.NATSBytesOut

@@ -159,6 +159,12 @@ func runInProcessCluster(ctx context.Context, topo *topology.Topology, cfg Confi
 	c.mu.Unlock()
 	sum := c.fig.summary(crashes)
 	sum.Topology, sum.Guarantee, sum.Workers, sum.Duration = topo.Name, cfg.Guarantee, cfg.Workers, elapsed
+	if sum.firstRoot > 0 {
+		sum.FirstRecordAfter = time.Unix(0, sum.firstRoot).Sub(start)
+	}
+	if sum.lastTree > 0 {
+		sum.EndedAfterLastTree = elapsed - time.Unix(0, sum.lastTree).Sub(start)
+	}
 	if elapsed > 0 {
 		sum.RecordsPerSec = float64(sum.Records) / elapsed.Seconds()
 	}

@@ -282,6 +282,12 @@ func (r *run) counts(lat map[string]*histogram) *Summary {
 			InputsFailed: r.chaosCnt.InputsFailed.Load(),
 		},
 	}
+	for _, tc := range r.counters {
+		if tc == nil {
+			continue
+		}
+		s.noteTimes(tc.firstRoot.Load(), tc.lastTree.Load())
+	}
 	for _, c := range r.plan.topo.Components {
 		cs, h := r.componentFigures(c)
 		if lat != nil && cs.Spout {

@@ -377,6 +377,7 @@ func (s *spoutExec) complete(p *pendingRoot, now time.Time) {
 		return
 	}
 	p.done = true
+	s.cnt.lastTree.Store(now.UnixNano())
 	if s.pending[p.tree] == p {
 		delete(s.pending, p.tree)
 		s.pendingBytes -= p.bytes
@@ -560,6 +561,9 @@ func (s *spoutExec) replay(p *pendingRoot) {
 
 // emitRoot sends a root record. p is the pending entry being replayed, or nil.
 func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.Values, tracked bool, direct int, p *pendingRoot) error {
+	if s.cnt.firstRoot.Load() == 0 {
+		s.cnt.firstRoot.Store(time.Now().UnixNano())
+	}
 	so, size, err := s.check(stream, values, direct >= 0)
 	if err == nil && direct >= 0 {
 		s.dsts, err = directTargets(s.dsts[:0], so, direct)

@@ -27,6 +27,10 @@ type taskCounters struct {
 	timedOut atomic.Int64 // spout: trees timed out
 	panics   atomic.Int64 // bolt: Execute panicked
 	latency  *histogram   // spout: complete latency (nil for bolts)
+	// Spout: when its first root left and its last tree completed, in
+	// UnixNano (0: not yet), for Summary.FirstRecordAfter and
+	// Summary.EndedAfterLastTree.
+	firstRoot, lastTree atomic.Int64
 
 	// transferred are data records published to NATS (metrics only: the
 	// run's total is transportCounters.natsRecordsOut).
@@ -260,6 +264,13 @@ type Summary struct {
 	// the lost tasks ran again from the latest checkpoint. A crash whose
 	// failover was not over when the run ended has none.
 	Recoveries []time.Duration
+
+	// FirstRecordAfter is how long after the run started its first root
+	// record left a spout, and EndedAfterLastTree how long after its last
+	// tree completed the run ended (0 when no tree completed: at-most-once
+	// tracks none): a run's start-up and the noticing of its end.
+	FirstRecordAfter, EndedAfterLastTree time.Duration
+	firstRoot, lastTree                  int64 // UnixNano, 0: none
 }
 
 // ChaosSummary counts what fault injection did.
