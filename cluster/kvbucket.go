@@ -155,13 +155,25 @@ func (b *kvBucket) get(ctx context.Context, key string) (entry, error) {
 // a worker that left and came back at once could not join (the VM test
 // saw it). Such a failure is tried again a few times; a key that a live
 // entry holds comes back as errKeyExists from the next try.
+//
+// Create also says the key exists when the marker's own TTL ends between
+// its first write, which the marker refused, and its read of the key,
+// which then finds nothing. A worker cut off from NATS past its lease hit
+// this when it came back and took its own expired name again: it was told
+// that another worker had the name, and stopped. So errKeyExists is
+// returned only when a read finds the key live; a free key is tried again.
 func (b *kvBucket) create(ctx context.Context, key string, value []byte) (uint64, error) {
 	for try := 1; ; try++ {
 		rev, err := b.kv.Create(ctx, key, value)
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return 0, errKeyExists
-		}
-		if err == nil || try == createTries || !wrongLastSequence(err) {
+			_, gerr := b.get(ctx, key)
+			switch {
+			case gerr == nil || try == createTries:
+				return 0, errKeyExists
+			case !errors.Is(gerr, errNoKey):
+				return 0, fmt.Errorf("the key exists, but reading it failed: %w", gerr)
+			}
+		} else if err == nil || try == createTries || !wrongLastSequence(err) {
 			return rev, err
 		}
 		select {
