@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -522,4 +523,75 @@ func TestFileSinkBehindADiamondIsExactlyOnce(t *testing.T) {
 	if len(lines) != 3*n {
 		t.Fatalf("%d lines delivered, want %d", len(lines), 3*n)
 	}
+}
+
+// slowStore is a checkpoint store whose writes wait for delay once slow
+// is set, as a remote store that has become slow does.
+type slowStore struct {
+	checkpoint.Store
+	slow  atomic.Bool
+	delay time.Duration
+}
+
+func (s *slowStore) Put(ctx context.Context, name string, data []byte) error {
+	if s.slow.Load() {
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Store.Put(ctx, name, data)
+}
+
+// TestAStoppedRunWaitsForItsFinalCheckpointIdle stops a run (Ctrl-C)
+// while its checkpoint store is slow: the run waits for the final
+// checkpoint without spinning. The loop that follows the submission once
+// looked at it without pause from the stop to the end, a core's worth of
+// CPU taken from the checkpoint it was waiting for.
+func TestAStoppedRunWaitsForItsFinalCheckpointIdle(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	store := &slowStore{Store: checkpoint.NewMemory(), delay: time.Second}
+	var mu sync.Mutex
+	result := map[string]int64{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type ended struct {
+		sum *workers.Summary
+		err error
+	}
+	done := make(chan ended, 1)
+	go func() {
+		sum, err := flowtest.Run(ctx, checkpointTopology(t, "slow-final", 3000, 3*time.Second, result, &mu), flowtest.Options{Guarantee: workers.ExactlyOnce, Configure: func(c *workers.Config) {
+			c.CheckpointEvery = 100 * time.Millisecond
+			c.Checkpoints = store
+		}})
+		done <- ended{sum, err}
+	}()
+	time.Sleep(700 * time.Millisecond)
+	store.slow.Store(true)
+	cpu0, wall0 := processCPU(t), time.Now()
+	cancel()
+	e := <-done
+	cpu, wall := processCPU(t)-cpu0, time.Since(wall0)
+	if e.err == nil || e.sum == nil || e.sum.Checkpoints.Taken == 0 {
+		t.Fatalf("the run should be stopped midway after checkpoints: %v %+v", e.err, e.sum)
+	}
+	t.Logf("stopped in %v with %v of CPU", wall.Round(time.Millisecond), cpu.Round(time.Millisecond))
+	if wall < store.delay {
+		t.Fatalf("the run stopped %v after Ctrl-C, before its final checkpoint could be written (%v)", wall, store.delay)
+	}
+	if cpu > wall/2 {
+		t.Fatalf("waiting %v for the final checkpoint took %v of CPU: more than half a core, as a busy loop does", wall.Round(time.Millisecond), cpu.Round(time.Millisecond))
+	}
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
