@@ -51,7 +51,7 @@ func (s *suite) metricsCost(ctx context.Context) error {
 		if s.cfg.Quick {
 			secs = 1
 		}
-		recordsPerCopy := float64(alo.Records) / float64(len(s.lines)) * float64(linesPerCopy())
+		recordsPerCopy := float64(alo.Records) / float64(s.lines) * float64(linesPerCopy())
 		sized.input = filepath.Join(s.dir, "metrics.txt")
 		if err := sized.prepareInput(int(secs*alo.RecordsPerSec/recordsPerCopy) + 1); err != nil {
 			return err

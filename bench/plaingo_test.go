@@ -21,8 +21,12 @@ func TestPlainGoRow(t *testing.T) {
 	if row == nil || row.Lost != 0 || row.RecordsPerSec <= 0 {
 		t.Fatalf("plain-go row: %+v", row)
 	}
-	want := int64(len(s.lines))
-	for _, l := range s.lines {
+	lines, err := s.inputLines(s.lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(len(lines))
+	for _, l := range lines {
 		want += int64(len(wordcount.SplitWords(l)))
 	}
 	if row.Records != want {
