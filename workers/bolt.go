@@ -37,6 +37,8 @@ type boltExec struct {
 	now        time.Time               // of the frame being processed
 	lastExpire time.Time
 	slab       []wire.Anchor // slab children's anchors are carved from
+	keyOut     *streamOut    // the stream taskKey is for
+	taskKey    uint64        // topology.TaskKey(keyOut.key, the task's index)
 
 	// Inputs the bolt holds after Execute returned (it acks them later),
 	// and replays of them that arrived meanwhile: only a completed input is
@@ -599,11 +601,11 @@ func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topolog
 	case hasID:
 	case len(anchors) > 0 && anchors[0] != nil:
 		a := anchors[0].Tracking()
-		id = topology.ChildID(anchors[0].ID, topology.TaskKey(so.key, b.info.index), a.Emitted)
+		id = topology.ChildID(anchors[0].ID, b.childKey(so), a.Emitted)
 		a.Emitted++
 	case b.cur != nil:
 		c := b.cur.Tracking()
-		id = topology.ChildID(b.cur.ID, topology.TaskKey(so.key, b.info.index), c.Emitted)
+		id = topology.ChildID(b.cur.ID, b.childKey(so), c.Emitted)
 		c.Emitted++
 	default:
 		id = b.edge()
@@ -630,6 +632,16 @@ func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topolog
 		b.log.Append(anchors[0].ID, b.treesOf(anchors[0]), b.logged, memSize(size, len(values))*len(b.logged), b.now)
 	}
 	return nil
+}
+
+// childKey is the stream's part of this task's child IDs, computed once
+// per stream in a row rather than per child: two of the four mixes of a
+// child's ID (1.3% of the dedup word count's CPU samples).
+func (b *boltExec) childKey(so *streamOut) uint64 {
+	if b.keyOut != so {
+		b.keyOut, b.taskKey = so, topology.TaskKey(so.key, b.info.index)
+	}
+	return b.taskKey
 }
 
 // refused remembers a refused emit on its anchors: acking them fails them
