@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +20,12 @@ import (
 // text, 2 workers) once per iteration in each mode, reporting records/s:
 // the whole runtime's cost per record, for a CPU profile
 // (go test -run X -bench WordCount -cpuprofile cpu.out ./bench/).
+//
+// ACKFLOW_BENCH_COPIES=32 runs it on the suite's input instead. Compare
+// dedup changes that way: with 8 copies a count task checks about 400,000
+// IDs, fewer than the filter's first generation takes, so its checks read
+// one Bloom generation instead of three and most of the exact ring is
+// never allocated (docs/performance.md, round sixteen).
 func BenchmarkWordCount(b *testing.B) {
 	s := benchSuite(b)
 	for _, m := range []struct {
@@ -101,7 +109,8 @@ func BenchmarkPacedWordCount(b *testing.B) {
 }
 
 // benchSuite is a suite over an embedded NATS server that lives as long as
-// b, with the word count's input (8 copies of the bundled text) ready.
+// b, with the word count's input (8 copies of the bundled text, or
+// ACKFLOW_BENCH_COPIES) ready.
 func benchSuite(b *testing.B) *suite {
 	srv, err := embednats.Start(embednats.Config{})
 	if err != nil {
@@ -109,7 +118,15 @@ func benchSuite(b *testing.B) *suite {
 	}
 	b.Cleanup(srv.Shutdown)
 	s := &suite{dir: b.TempDir(), rep: &Report{}, url: srv.URL()}
-	if err := s.prepareInput(8); err != nil {
+	copies := 8
+	if v := os.Getenv("ACKFLOW_BENCH_COPIES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("ACKFLOW_BENCH_COPIES=%q: want a positive number of copies of the text", v)
+		}
+		copies = n
+	}
+	if err := s.prepareInput(copies); err != nil {
 		b.Fatal(err)
 	}
 	return s
