@@ -73,21 +73,23 @@
 //
 // # Cost
 //
-// New allocates the first Bloom generation and the first block of the
-// ring; Check and Completed allocate each other generation and block the
-// first time the filter rotates into it, and nothing once all are in use,
-// so a task that never sees a full window never pays for one. Stats
-// reports BitsPerID (about 28.7 for the default config). The generations
-// are split-block Bloom filters: all k bits of an ID lie in one 512-bit
-// block, one cache line, the same block in every generation, one bit in
-// each of the block's eight words (more for very low rates), so a fresh ID
-// costs one line read per generation and k bit sets in the newest's line,
-// which it has just read. Check hashes the ID once (IDs are hashes already; a
-// splitmix64 remix guards against counters) where the bloom package's own
-// Add and Test would hash it once per generation and again to add it.
-// Prefetch asks for an ID's lines ahead of its Check, so that a task that
-// prefetches a frame's inputs first waits for their cache misses together
-// rather than one after another.
+// New allocates the Bloom generations, all of them in one bitset, and the
+// first block of the ring; Completed allocates each other block of the
+// ring the first time the ring rotates into it, and nothing once all are
+// in use, so a task that completes fewer than Exact inputs never pays for
+// the whole ring. Stats reports BitsPerID (about 35.5 for the default
+// config). The generations are split-block Bloom filters laid side by
+// side: an ID's bits lie in one sub-block of each generation, two words
+// for the default's four generations, and the sub-blocks of one index sit
+// together in one 64-byte unit, one cache line, with the same number of
+// bits in each word (a split block, as in Parquet and Impala). So a fresh
+// ID costs one line read for every generation together and its bits set
+// in that line, which it has just read. Check hashes the ID once (IDs are
+// hashes already; a splitmix64 remix guards against counters) where the
+// bloom package's own Add and Test would hash it once per generation and
+// again to add it. Prefetch asks for an ID's line ahead of its Check, so
+// that a task that prefetches its next inputs waits for their cache misses
+// together rather than one after another.
 //
 // A Filter is not safe for concurrent use; the task's goroutine owns it.
 package dedup

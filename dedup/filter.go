@@ -42,100 +42,103 @@ func (v Verdict) String() string {
 // use: the task's goroutine owns it (DESIGN.md section 6).
 type Filter struct {
 	cfg Config
-	// gens is a ring of Bloom filters of equal size; gens[newest] takes
-	// adds and gens[(newest+1)%len] is the oldest, cleared on rotation.
-	gens    []generation
+	// words holds every generation, interleaved: the filter is cut into
+	// units, and a unit holds one sub-block of sub words of each
+	// generation, side by side. An ID has one unit, the same in every
+	// generation, so a check reads that one unit, a cache line for the
+	// default config, where separate generations cost a line each.
+	bf      *bloom.BloomFilter // allocates words
+	words   []uint64
+	gens    []generation // counts per generation; gens[newest] takes adds
 	newest  int
 	perGen  int    // IDs the newest takes before it rotates
-	m       uint64 // bits per generation, a whole number of blocks
-	nblocks uint64 // blocks of blockBits per generation
-	rounds  int    // bits per ID in each word of its block (k, the bits per ID, is rounds*blockWords)
-	// The ID being checked (locate): its block and the k bits it sets
-	// there, the same in every generation, computed once per Check.
-	blk  uint64
-	mask [blockWords]uint64
+	units   uint64 // units in the filter: sub-blocks per generation
+	sub     int    // words per sub-block: a generation's part of a unit
+	unit    int    // words per unit: sub*Generations
+	rounds  int    // bits per ID in each word of its sub-block
+	genBits uint64 // bits per generation: units*sub*64
+	// The ID being checked (locate): the first word of its unit and the
+	// bits it sets in each word of a sub-block, the same in every
+	// generation, computed once per Check.
+	base uint64
+	mask [maxSubWords]uint64
 
 	ring ring // the exact record of recent completions
 
 	checked, fresh, duplicates, suspects uint64
 }
 
-// generation is one Bloom filter plus the counts that Stats needs, kept as
-// it goes so that Stats does not popcount megabytes.
+// generation counts what one generation holds, kept as it goes so that
+// Stats does not popcount megabytes.
 type generation struct {
-	bf    *bloom.BloomFilter
-	words []uint64 // bf's bits, probed directly (see probe)
-	ids   int      // IDs added since the last clear
-	ones  uint64   // bits set
+	ids  int    // IDs added since the last clear
+	ones uint64 // bits set
 }
 
 // New returns an empty Filter. Its memory is about BitsPerID*Window/8 bytes
-// of Bloom filters plus 16*B/(B-1) bytes per Exact completion, which is 17
-// for B = 16 blocks (for the default config 3.8 MB plus 18 MB), but only the
-// first generation and the first block of the ring are allocated here; each
-// other one is allocated when the filter first rotates into it. A task that
-// sees fewer than Window IDs, a short run or one of many small tasks, never
-// pays for the rest, and a full filter allocates nothing more.
+// of Bloom filters, allocated here, plus 16*B/(B-1) bytes per Exact
+// completion, which is 17 for B = 16 blocks (for the default config 4.7 MB
+// plus 18 MB). Only the first block of the ring is allocated here, each
+// other one when the ring first rotates into it, so a task that completes
+// fewer than Exact inputs, a short run or one of many small tasks, never
+// pays for the whole ring, and a full filter allocates nothing more.
 func New(cfg Config) (*Filter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	f := &Filter{cfg: cfg, perGen: cfg.perGeneration(), ring: newRing(cfg)}
-	m, rounds := sizing(uint(f.perGen), cfg.FPRate/float64(cfg.Generations))
-	f.m, f.rounds, f.nblocks = uint64(m), int(rounds), uint64(m/blockBits)
+	f.sub = subWords(cfg.Generations)
+	f.unit = f.sub * cfg.Generations
+	m, rounds := sizing(uint(f.perGen), cfg.FPRate/float64(cfg.Generations), f.sub)
+	f.units, f.rounds = uint64(m/(uint(f.sub)*wordBits)), int(rounds)
+	f.genBits = f.units * uint64(f.sub) * wordBits
+	f.bf = bloom.New(uint(f.genBits)*uint(cfg.Generations), uint(f.rounds*f.sub))
+	f.words = f.bf.BitSet().Words()[:f.units*uint64(f.unit)]
 	f.gens = make([]generation, cfg.Generations)
-	f.gens[0] = f.newGeneration()
 	return f, nil
 }
 
-// newGeneration allocates one Bloom filter. All generations get the same m
-// and k, so an ID probes the same block and bits in each and one hash
-// serves them all.
-func (f *Filter) newGeneration() generation {
-	bf := bloom.New(uint(f.m), uint(f.rounds*blockWords))
-	return generation{bf: bf, words: bf.BitSet().Words()}
-}
-
-// A generation is blocked: an ID's k bits all lie in one block of 512
-// bits, a cache line, picked by the ID's hash. A check of a fresh ID then
-// reads one line per generation and the add writes to the newest's line
-// it has just read, where a classic Bloom filter spreads the k bits over
-// the whole megabyte: in word count's count tasks that was a cache miss
-// per probe, 4 or more per generation and 6 more to add, and dedup was a
-// fifth of the CPU. The price is a higher false-positive rate at the same
-// bits, since the IDs do not spread evenly over the blocks; sizing pays
-// it in bits. Five generations would take fewer bits at the same rate,
-// but each check then waits for five lines, and in word count that cost
-// more than the three (docs/performance.md).
+// The layout. A generation is a split-block Bloom filter: an ID's bits
+// all lie in one sub-block of a few words, picked by the ID's hash, with
+// the same number of bits (rounds) in each word, each bit picked by six
+// bits of a hash, as in the split-block filters of Parquet and Impala.
+// The generations are interleaved: the sub-blocks of one index, one per
+// generation, sit side by side in a unit, so a check of a fresh ID reads
+// one unit and the add writes a sub-block of it. With four generations of
+// two words (the default) a unit is 64 bytes, one cache line: bitset
+// allocates its words as one large object, which the Go heap aligns to a
+// page, so the units are aligned to lines.
 //
-// Within the block the bits are split: an ID sets the same number of bits
-// (rounds, usually 1) in each of the block's eight words, each bit picked
-// by six bits of a hash, as in the split-block filters of Parquet and
-// Impala. Picking k bits anywhere in the block instead took 27.7 bits
-// per ID for the default config where the split layout takes 28.7, at
-// the same rate, but building its mask was a chain of read-modify-writes
-// of whichever word each bit fell in: about a third of a Check's time
-// with the lines in cache (docs/performance.md, round twelve). The split
-// mask is eight independent shifts per round.
-// (bitset allocates a generation's words as one large object, which the
-// Go heap aligns to a page, so blocks are aligned to cache lines.)
+// Until round sixteen (docs/performance.md) each generation was a
+// separate Bloom filter of 512-bit blocks, so a fresh ID read three lines
+// of three megabyte-sized arrays, and in word count's count tasks those
+// misses were most of dedup's cost even prefetched. Smaller sub-blocks
+// take more bits for the same rate (the IDs spread less evenly over
+// them), and four generations take fewer than three (the window wastes
+// less): together about a quarter more bits per ID than before.
 const (
-	blockBits  = 512
-	blockWords = blockBits / 64
+	maxSubWords = 4 // Generations >= 2
+	lineWords   = 8 // a 64-byte cache line
 )
 
-// sizing returns m bits (whole blocks) and the rounds of bits per word an
-// ID sets, for n IDs at a false-positive rate of at most p: the rounds
-// that need the fewest bits, at most maxRounds. The bits sit in one
-// block, so more rounds cost no more cache lines, only a few
-// instructions.
-func sizing(n uint, p float64) (m, rounds uint) {
-	key := sizingKey{n, p}
+// subWords is the words of a generation's sub-block: as many as let every
+// generation's sub-block share one cache line, at least one.
+func subWords(generations int) int {
+	return max(1, min(maxSubWords, lineWords/generations))
+}
+
+// sizing returns m bits per generation (whole sub-blocks of sub words)
+// and the rounds of bits per word an ID sets, for n IDs at a
+// false-positive rate of at most p: the rounds that need the fewest bits,
+// at most maxRounds. The bits sit in one sub-block, so more rounds cost
+// no more cache lines, only a few instructions.
+func sizing(n uint, p float64, sub int) (m, rounds uint) {
+	key := sizingKey{n, p, sub}
 	sizingMu.Lock()
 	r, ok := sizings[key]
 	sizingMu.Unlock()
 	if !ok {
-		r.m, r.rounds = computeSizing(n, p)
+		r.m, r.rounds = computeSizing(n, p, sub)
 		sizingMu.Lock()
 		sizings[key] = r
 		sizingMu.Unlock()
@@ -147,8 +150,9 @@ func sizing(n uint, p float64) (m, rounds uint) {
 // every number of rounds), and every stateful task of a run asks for the same sizes:
 // they are computed once per process.
 type sizingKey struct {
-	n uint
-	p float64
+	n   uint
+	p   float64
+	sub int
 }
 
 var (
@@ -156,17 +160,17 @@ var (
 	sizings  = map[sizingKey]struct{ m, rounds uint }{}
 )
 
-func computeSizing(n uint, p float64) (m, rounds uint) {
+func computeSizing(n uint, p float64, sub int) (m, rounds uint) {
 	best := math.Inf(1)
 	for r := uint(1); r <= maxRounds; r++ {
 		// The rate falls as bits per ID grow: bisect for the fewest.
 		lo, hi := 1.0, 1024.0
-		if fpRate(hi, r) > p {
+		if fpRate(hi, r, sub) > p {
 			continue
 		}
 		for range 60 {
 			mid := (lo + hi) / 2
-			if fpRate(mid, r) > p {
+			if fpRate(mid, r, sub) > p {
 				lo = mid
 			} else {
 				hi = mid
@@ -179,26 +183,27 @@ func computeSizing(n uint, p float64) (m, rounds uint) {
 	if rounds == 0 { // p below what maxRounds can give: take the most bits tried
 		best, rounds = 1024, maxRounds
 	}
-	blocks := max(1, uint(math.Ceil(best*float64(max(n, 1))/blockBits)))
-	return blocks * blockBits, rounds
+	subBits := float64(sub * wordBits)
+	blocks := max(1, uint(math.Ceil(best*float64(max(n, 1))/subBits)))
+	return blocks * uint(subBits), rounds
 }
 
-// maxRounds is the most bits an ID sets in each word: a round takes six
-// bits for each of the eight words from one 64-bit hash. The default
-// rate (0.00033 per generation) takes one round; rates below about
-// 0.00015 per generation take two, down to 1e-7 at least.
-const maxRounds = 3
+// maxRounds is the most bits an ID sets in each word of its sub-block.
+// The default (sub-blocks of two words at about 0.0002 per generation)
+// takes five; one-word sub-blocks (five or more generations) at low
+// rates take all six.
+const maxRounds = 6
 
 // fpRate is the false-positive rate of a generation of c bits of filter
-// per ID, each ID setting rounds bits in each word of its block: the
-// chance that all of a never-seen ID's bits are set, over the
-// Poisson-distributed number of IDs j its block holds (mean
-// blockBits/c). The words of a block are filled independently, each by
-// rounds*j bits at random (some of them the same bit), and a word has all
-// of the ID's rounds bits, also drawn with repetition, with probability
-// E[(S/64)^rounds], S the word's distinct bits set.
-func fpRate(c float64, rounds uint) float64 {
-	lambda := blockBits / c
+// per ID, in sub-blocks of sub words, each ID setting rounds bits in each
+// word of its sub-block: the chance that all of a never-seen ID's bits are
+// set, over the Poisson-distributed number of IDs j its sub-block holds
+// (mean sub*64/c). The words of a sub-block are filled independently, each
+// by rounds*j bits at random (some of them the same bit), and a word has
+// all of the ID's rounds bits, also drawn with repetition, with
+// probability E[(S/64)^rounds], S the word's distinct bits set.
+func fpRate(c float64, rounds uint, sub int) float64 {
+	lambda := float64(sub*wordBits) / c
 	rate := 0.0
 	// Terms beyond the mean plus 12 standard deviations are negligible.
 	top := int(lambda + 12*math.Sqrt(lambda) + 20)
@@ -223,7 +228,7 @@ func fpRate(c float64, rounds uint) float64 {
 		}
 		lg, _ := math.Lgamma(float64(j) + 1)
 		pj := math.Exp(-lambda + float64(j)*logLambda - lg)
-		rate += pj * math.Pow(word, blockWords)
+		rate += pj * math.Pow(word, float64(sub))
 	}
 	return rate
 }
@@ -243,17 +248,7 @@ const wordBits = 64
 func (f *Filter) Check(id uint64, exact func(uint64) bool) Verdict {
 	f.checked++
 	f.locate(id)
-	inNewest := f.probe(&f.gens[f.newest])
-	maybe := inNewest
-	for i, j := 1, f.newest; i < len(f.gens) && !maybe; i++ {
-		if j--; j < 0 { // walking back from the newest without a modulo
-			j = len(f.gens) - 1
-		}
-		if f.gens[j].words == nil {
-			break // not allocated yet: it and the older ones hold nothing
-		}
-		maybe = f.probe(&f.gens[j])
-	}
+	inNewest, maybe := f.probe()
 	if !maybe {
 		f.add()
 		f.fresh++
@@ -315,8 +310,8 @@ func (f *Filter) Stats() Stats {
 		New:        f.fresh,
 		Duplicates: f.duplicates,
 		Suspects:   f.suspects,
-		FillRatio:  float64(f.gens[f.newest].ones) / float64(f.m),
-		BitsPerID:  float64(f.m) * float64(len(f.gens)) / float64(f.cfg.Window),
+		FillRatio:  float64(f.gens[f.newest].ones) / float64(f.genBits),
+		BitsPerID:  float64(len(f.words)) * wordBits / float64(f.cfg.Window),
 		ExactLen:   f.ring.len(),
 	}
 	// A never-seen ID is a false positive unless every generation misses:
@@ -329,66 +324,64 @@ func (f *Filter) Stats() Stats {
 		g := &f.gens[i]
 		s.Remembered += g.ids
 		if g.ids > 0 {
-			logMiss += math.Log1p(-fpRate(float64(f.m)/float64(g.ids), uint(f.rounds)))
+			logMiss += math.Log1p(-fpRate(float64(f.genBits)/float64(g.ids), uint(f.rounds), f.sub))
 		}
 	}
 	s.EstimatedFPRate = -math.Expm1(logMiss)
 	return s
 }
 
-// Prefetch reads the lines that a Check of id will probe, without
-// changing anything: a task calls it for every input of a frame before it
-// checks the first. A Check waits for its lines, one per generation, and
-// megabyte-sized generations miss the cache; issued back to back, the
-// reads of many IDs overlap instead of each Check waiting in turn.
+// Prefetch reads the line that a Check of id will probe, without changing
+// anything: a task calls it a few inputs ahead of their Checks. A Check
+// waits for its unit, and a filter of megabytes misses the cache; issued
+// ahead, the reads of several IDs overlap instead of each Check waiting
+// in turn.
 func (f *Filter) Prefetch(id uint64) {
-	blk := f.blockOf(id)
-	for i := range f.gens {
-		if w := f.gens[i].words; w != nil {
-			prefetch(&w[blk*blockWords])
-		}
+	base := f.unitOf(id) * uint64(f.unit)
+	prefetch(&f.words[base])
+	if last := base + uint64(f.unit) - 1; last/lineWords != base/lineWords {
+		prefetch(&f.words[last]) // a unit that spans two lines
 	}
 }
 
-// blockOf is the block of id in every generation, from the top bits of
-// its first hash (locate).
-func (f *Filter) blockOf(id uint64) uint64 {
-	hi, _ := bits.Mul64(splitmix(id+splitmixGamma), f.nblocks)
+// unitOf is the unit of id, from the top bits of its first hash (locate).
+func (f *Filter) unitOf(id uint64) uint64 {
+	hi, _ := bits.Mul64(splitmix(id+splitmixGamma), f.units)
 	return hi
 }
 
 const splitmixGamma = 0x9e3779b97f4a7c15 // splitmix64's increment
 
-// locate finds the block of id and the bits it sets there, the same in
-// every generation since they all have the same m and rounds. IDs are
-// meant to be well-mixed hashes already, but tests and hand-made IDs are
-// often small counters, so the ID is mixed again: splitmix64 outputs,
-// independent of each other (a few nanoseconds), one for the block by its
-// top bits and one per round cut into eight 6-bit positions, one per
-// word. The bloom package's own Test and Add would hash the ID's bytes
-// with murmur once per generation and again to add, and spread the bits
-// over the whole filter.
+// locate finds the unit of id and the bits it sets in a sub-block, the
+// same in every generation since they all have the same size and rounds.
+// IDs are meant to be well-mixed hashes already, but tests and hand-made
+// IDs are often small counters, so the ID is mixed again: splitmix64
+// outputs, independent of each other (a few nanoseconds), one for the
+// unit by its top bits and then as many as the bits need, each cut into
+// ten 6-bit positions. The bloom package's own Test and Add would hash
+// the ID's bytes with murmur once per generation and again to add, and
+// spread the bits over the whole filter.
 //
-// Each word's bit is stored on its own: no word is read back and
-// modified while the mask is built, which with bits anywhere in the
-// block made each bit wait for the store of the one before it. (A copy
-// of a whole local array into f.mask compiled to 16-byte loads of 8-byte
-// stores, which cannot be forwarded and stalled until the stores reached
-// the cache: a tenth of the dedup word count's samples, once.)
+// Each word's bits are gathered in a register and stored once: a mask
+// built by read-modify-writes of memory waits for each store before the
+// next (docs/performance.md, round twelve).
 func (f *Filter) locate(id uint64) {
 	z := id + splitmixGamma
-	f.blk = f.blockOf(id)
-	h := splitmix(z + splitmixGamma)
-	for w := range blockWords {
-		f.mask[w] = 1 << (h & (wordBits - 1))
-		h >>= 6
-	}
-	for r := 1; r < f.rounds; r++ {
-		h = splitmix(z + uint64(r+1)*splitmixGamma)
-		for w := range blockWords {
-			f.mask[w] |= 1 << (h & (wordBits - 1))
+	f.base = f.unitOf(id) * uint64(f.unit)
+	var h uint64
+	left, r := 0, uint64(1)
+	for w := range f.sub {
+		var m uint64
+		for range f.rounds {
+			if left == 0 {
+				r++
+				h, left = splitmix(z+r*splitmixGamma), 10
+			}
+			m |= 1 << (h & (wordBits - 1))
 			h >>= 6
+			left--
 		}
+		f.mask[w] = m
 	}
 }
 
@@ -398,37 +391,39 @@ func splitmix(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// block returns the ID's block in g: one cache line, read as eight words
-// with one bounds check.
-func (f *Filter) block(g *generation) *[blockWords]uint64 {
-	return (*[blockWords]uint64)(g.words[f.blk*blockWords : (f.blk+1)*blockWords])
-}
-
-// probe reports whether every bit of the ID is set in g. The bits are
-// read from the bitset's words directly: the bloom package can only test
-// bytes it hashes itself or a slice of locations over the whole filter;
-// sizing, storage and clearing still come from it. The eight words are
-// tested together, without a branch per word.
-func (f *Filter) probe(g *generation) bool {
-	b := f.block(g)
-	var missing uint64
-	for w := range blockWords {
-		missing |= f.mask[w] &^ b[w]
+// probe reports whether every bit of the ID is set in the newest
+// generation, and whether it is in some generation. It reads the ID's
+// unit once; a generation not used yet is all zeros and never matches.
+// The bits are read from the bitset's words directly: the bloom package
+// can only test bytes it hashes itself or a slice of locations over the
+// whole filter.
+func (f *Filter) probe() (inNewest, maybe bool) {
+	u := f.words[f.base : f.base+uint64(f.unit)]
+	for g := range len(f.gens) {
+		s := u[g*f.sub : (g+1)*f.sub]
+		var missing uint64
+		for w := range s {
+			missing |= f.mask[w] &^ s[w]
+		}
+		if missing == 0 {
+			maybe = true
+			inNewest = inNewest || g == f.newest
+		}
 	}
-	return missing == 0
+	return inNewest, maybe
 }
 
 // add puts the ID into the newest generation and rotates when that
 // generation is full. The caller knows the ID is not there yet. The line
-// was read by the probe of the newest generation just before, so the
-// stores hit the cache.
+// was read by the probe just before, so the stores hit the cache.
 func (f *Filter) add() {
 	g := &f.gens[f.newest]
-	b := f.block(g)
+	off := f.base + uint64(f.newest*f.sub)
+	s := f.words[off : off+uint64(f.sub)]
 	var ones int
-	for w := range blockWords {
-		old := b[w]
-		b[w] = old | f.mask[w]
+	for w := range s {
+		old := s[w]
+		s[w] = old | f.mask[w]
 		ones += bits.OnesCount64(f.mask[w] &^ old)
 	}
 	g.ones += uint64(ones)
@@ -438,18 +433,22 @@ func (f *Filter) add() {
 	}
 }
 
-// rotate drops the oldest generation by clearing it in place and making it
-// the newest: one memclr of m/8 bytes every perGen adds, and no allocation
-// once every generation has been used.
+// rotate drops the oldest generation by clearing its sub-block in every
+// unit and making it the newest: one pass over the filter every perGen
+// adds, and no allocation.
 func (f *Filter) rotate() {
 	if f.newest++; f.newest == len(f.gens) {
 		f.newest = 0
 	}
 	g := &f.gens[f.newest]
-	if g.bf == nil {
-		*g = f.newGeneration()
-		return
+	if g.ids == 0 {
+		return // never used: nothing to clear
 	}
-	g.bf.ClearAll()
-	g.ids, g.ones = 0, 0
+	sub, unit := uint64(f.sub), uint64(f.unit)
+	for i := uint64(f.newest) * sub; i < uint64(len(f.words)); i += unit {
+		for w := range sub {
+			f.words[i+w] = 0
+		}
+	}
+	*g = generation{}
 }

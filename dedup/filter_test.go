@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // A step of a scripted test: Check an ID (with or without the caller's exact
@@ -144,12 +145,8 @@ func TestCheckScripts(t *testing.T) {
 // mayContain probes the generations without adding anything.
 func (f *Filter) mayContain(id uint64) bool {
 	f.locate(id)
-	for i := range f.gens {
-		if f.probe(&f.gens[i]) {
-			return true
-		}
-	}
-	return false
+	_, maybe := f.probe()
+	return maybe
 }
 
 // TestWindowBounds checks the promise of Config.Generations at every step:
@@ -294,8 +291,14 @@ func TestNoFalseDrops(t *testing.T) {
 // TestFalsePositiveRate measures the rate of Suspects among never-seen IDs
 // in steady state against the configured FPRate and the estimate in Stats.
 func TestFalsePositiveRate(t *testing.T) {
-	for _, p := range []float64{0.01, 0.001} {
-		cfg := Config{Window: 20_000, FPRate: p, Generations: 3, Exact: 16}
+	// Every size of a generation's piece of a unit: 4 words (2
+	// generations), 2 (3 and 4) and 1 (6).
+	for _, c := range []struct {
+		p    float64
+		gens int
+	}{{0.01, 3}, {0.001, 3}, {0.001, 2}, {0.001, 4}, {0.001, 6}} {
+		p := c.p
+		cfg := Config{Window: 20_000, FPRate: p, Generations: c.gens, Exact: 16}
 		f, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -311,7 +314,7 @@ func TestFalsePositiveRate(t *testing.T) {
 		}
 		s := f.Stats()
 		got := float64(s.Suspects-before) / n
-		t.Logf("FPRate %v: measured %.5f, estimated now %.5f, %.1f bits/id", p, got, s.EstimatedFPRate, s.BitsPerID)
+		t.Logf("FPRate %v, %d generations: measured %.5f, estimated now %.5f, %.1f bits/id", p, c.gens, got, s.EstimatedFPRate, s.BitsPerID)
 		if got > 1.3*p {
 			t.Errorf("FPRate %v: measured false-positive rate %.5f", p, got)
 		}
@@ -330,8 +333,8 @@ func TestStats(t *testing.T) {
 	if s != (Stats{BitsPerID: s.BitsPerID}) {
 		t.Errorf("fresh filter has stats %+v", s)
 	}
-	if s.BitsPerID < 28 || s.BitsPerID > 29.5 {
-		t.Errorf("default BitsPerID = %.2f, want about 28.7", s.BitsPerID)
+	if s.BitsPerID < 35 || s.BitsPerID > 36 {
+		t.Errorf("default BitsPerID = %.2f, want about 35.5", s.BitsPerID)
 	}
 	for id := range uint64(1000) {
 		f.Check(id, nil)
@@ -347,14 +350,46 @@ func TestStats(t *testing.T) {
 	if s.Remembered != 1000 || s.ExactLen != 2 {
 		t.Errorf("Remembered %d, ExactLen %d; want 1000 and 2", s.Remembered, s.ExactLen)
 	}
-	// 1000 IDs of k bits each in m bits (8, one per word, and about 10
-	// million).
-	k := f.rounds * blockWords
-	if want := 1000 * float64(k) / float64(f.m); k != 8 || math.Abs(s.FillRatio-want) > want/10 {
+	// 1000 IDs of k bits each in a generation's bits (10, five in each of
+	// two words, and about 9 million). Two of an ID's five bits in a word
+	// can be the same one, so a little under k.
+	k := f.rounds * f.sub
+	if want := 1000 * float64(k) / float64(f.genBits); k != 10 || math.Abs(s.FillRatio-want) > want/10 {
 		t.Errorf("FillRatio %.6f, want about %.6f", s.FillRatio, want)
 	}
 	if s.EstimatedFPRate <= 0 || s.EstimatedFPRate > 1e-9 {
 		t.Errorf("EstimatedFPRate %g with 1000 of 1<<20 IDs", s.EstimatedFPRate)
+	}
+}
+
+// TestUnitIsOneCacheLine: with the default's four generations an ID's
+// bits in all of them lie in one 64-byte line, which is what makes a
+// check one cache miss (the heap aligns the bitset, a large object, to a
+// page).
+func TestUnitIsOneCacheLine(t *testing.T) {
+	for _, c := range []struct{ gens, unit int }{{2, 8}, {3, 6}, {4, 8}, {5, 5}, {8, 8}, {12, 12}} {
+		cfg := DefaultConfig()
+		cfg.Generations = c.gens
+		f, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.unit != c.unit || f.sub*c.gens != f.unit {
+			t.Errorf("%d generations: units of %d words (%d each), want %d", c.gens, f.unit, f.sub, c.unit)
+		}
+	}
+	f, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr := uintptr(unsafe.Pointer(&f.words[0])); addr%64 != 0 || f.unit != lineWords {
+		t.Fatalf("the default's units are %d words from address %#x; want one aligned line each", f.unit, addr)
+	}
+	for _, id := range []uint64{0, 1, 2, 1 << 40, ^uint64(0)} {
+		f.locate(id)
+		if f.base%lineWords != 0 || f.base+lineWords > uint64(len(f.words)) {
+			t.Errorf("ID %#x: unit at word %d of %d", id, f.base, len(f.words))
+		}
 	}
 }
 
@@ -519,10 +554,11 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestMemoryGrowsWithUse: New takes one Bloom generation and one block of
-// the ring; the rest comes as the filter first rotates into it, so a task
-// that sees few IDs (a short run, one of hundreds of small tasks) does not
-// hold the full 22 MB of the default config.
+// TestMemoryGrowsWithUse: New takes the Bloom generations, which share
+// one bitset, and one block of the ring; the rest of the ring comes as it
+// first rotates into each block, so a task that completes few inputs (a
+// short run, one of hundreds of small tasks) does not hold the full 23 MB
+// of the default config.
 func TestMemoryGrowsWithUse(t *testing.T) {
 	heap := func() uint64 {
 		var m runtime.MemStats
@@ -538,8 +574,8 @@ func TestMemoryGrowsWithUse(t *testing.T) {
 	}
 	fresh := heap() - before
 	bloomBytes := f.Stats().BitsPerID * float64(cfg.Window) / 8
-	if float64(fresh) > bloomBytes/2+3<<20 {
-		t.Fatalf("a new filter holds %d bytes; one generation and one block are about %.0f", fresh, bloomBytes/3+1.2*(1<<20))
+	if float64(fresh) > bloomBytes+2<<20 {
+		t.Fatalf("a new filter holds %d bytes; the generations and one block of the ring are about %.0f", fresh, bloomBytes+1.2*(1<<20))
 	}
 	for i := range uint64(2 * cfg.Window) {
 		f.Check(i, nil)
@@ -547,7 +583,7 @@ func TestMemoryGrowsWithUse(t *testing.T) {
 	}
 	full := heap() - before
 	if float64(full) < bloomBytes+16<<20 {
-		t.Fatalf("a filter that saw two windows holds %d bytes; want every generation and block (%.0f bytes of Bloom filters and 18 MB of ring)", full, bloomBytes)
+		t.Fatalf("a filter that saw two windows holds %d bytes; want the generations and every block (%.0f bytes of Bloom filters and 18 MB of ring)", full, bloomBytes)
 	}
 	t.Logf("default config: %d bytes new, %d after two windows", fresh, full)
 	runtime.KeepAlive(f)
