@@ -47,16 +47,14 @@ type Filter struct {
 	// generation, side by side. An ID has one unit, the same in every
 	// generation, so a check reads that one unit, a cache line for the
 	// default config, where separate generations cost a line each.
-	bf      *bloom.BloomFilter // allocates words
-	words   []uint64
-	gens    []generation // counts per generation; gens[newest] takes adds
-	newest  int
-	perGen  int    // IDs the newest takes before it rotates
-	units   uint64 // units in the filter: sub-blocks per generation
-	sub     int    // words per sub-block: a generation's part of a unit
-	unit    int    // words per unit: sub*Generations
-	rounds  int    // bits per ID in each word of its sub-block
-	genBits uint64 // bits per generation: units*sub*64
+	words  []uint64
+	gens   []generation // counts per generation; gens[newest] takes adds
+	newest int
+	perGen int    // IDs the newest takes before it rotates
+	units  uint64 // units in the filter: sub-blocks per generation
+	sub    int    // words per sub-block: a generation's part of a unit
+	unit   int    // words per unit: sub*Generations, kept for the hot path
+	rounds int    // bits per ID in each word of its sub-block
 	// The ID being checked (locate): the first word of its unit and the
 	// bits it sets in each word of a sub-block, the same in every
 	// generation, computed once per Check.
@@ -91,9 +89,10 @@ func New(cfg Config) (*Filter, error) {
 	f.unit = f.sub * cfg.Generations
 	m, rounds := sizing(uint(f.perGen), cfg.FPRate/float64(cfg.Generations), f.sub)
 	f.units, f.rounds = uint64(m/(uint(f.sub)*wordBits)), int(rounds)
-	f.genBits = f.units * uint64(f.sub) * wordBits
-	f.bf = bloom.New(uint(f.genBits)*uint(cfg.Generations), uint(f.rounds*f.sub))
-	f.words = f.bf.BitSet().Words()[:f.units*uint64(f.unit)]
+	// The bloom package allocates the bitset; the filter reads, sets and
+	// clears its words itself (probe, add, rotate).
+	bf := bloom.New(uint(f.genBits())*uint(cfg.Generations), uint(f.rounds*f.sub))
+	f.words = bf.BitSet().Words()[:f.units*uint64(f.unit)]
 	f.gens = make([]generation, cfg.Generations)
 	return f, nil
 }
@@ -120,6 +119,9 @@ const (
 	maxSubWords = 4 // Generations >= 2
 	lineWords   = 8 // a 64-byte cache line
 )
+
+// genBits is the bits of one generation: a sub-block in every unit.
+func (f *Filter) genBits() uint64 { return f.units * uint64(f.sub) * wordBits }
 
 // subWords is the words of a generation's sub-block: as many as let every
 // generation's sub-block share one cache line, at least one.
@@ -310,7 +312,7 @@ func (f *Filter) Stats() Stats {
 		New:        f.fresh,
 		Duplicates: f.duplicates,
 		Suspects:   f.suspects,
-		FillRatio:  float64(f.gens[f.newest].ones) / float64(f.genBits),
+		FillRatio:  float64(f.gens[f.newest].ones) / float64(f.genBits()),
 		BitsPerID:  float64(len(f.words)) * wordBits / float64(f.cfg.Window),
 		ExactLen:   f.ring.len(),
 	}
@@ -324,7 +326,7 @@ func (f *Filter) Stats() Stats {
 		g := &f.gens[i]
 		s.Remembered += g.ids
 		if g.ids > 0 {
-			logMiss += math.Log1p(-fpRate(float64(f.genBits)/float64(g.ids), uint(f.rounds), f.sub))
+			logMiss += math.Log1p(-fpRate(float64(f.genBits())/float64(g.ids), uint(f.rounds), f.sub))
 		}
 	}
 	s.EstimatedFPRate = -math.Expm1(logMiss)

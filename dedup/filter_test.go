@@ -354,7 +354,7 @@ func TestStats(t *testing.T) {
 	// two words, and about 9 million). Two of an ID's five bits in a word
 	// can be the same one, so a little under k.
 	k := f.rounds * f.sub
-	if want := 1000 * float64(k) / float64(f.genBits); k != 10 || math.Abs(s.FillRatio-want) > want/10 {
+	if want := 1000 * float64(k) / float64(f.genBits()); k != 10 || math.Abs(s.FillRatio-want) > want/10 {
 		t.Errorf("FillRatio %.6f, want about %.6f", s.FillRatio, want)
 	}
 	if s.EstimatedFPRate <= 0 || s.EstimatedFPRate > 1e-9 {
