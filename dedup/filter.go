@@ -148,19 +148,32 @@ func sizing(n uint, p float64, sub int) (m, rounds uint) {
 	return r.m, r.rounds
 }
 
-// Sizing takes a few milliseconds (a bisection over a Poisson sum for
+// Sizing takes tens of milliseconds (a bisection over a Poisson sum for
 // every number of rounds), and every stateful task of a run asks for the same sizes:
-// they are computed once per process.
+// they are computed once per process, and the default's not at all.
 type sizingKey struct {
 	n   uint
 	p   float64
 	sub int
 }
 
+type sized struct{ m, rounds uint }
+
 var (
 	sizingMu sync.Mutex
-	sizings  = map[sizingKey]struct{ m, rounds uint }{}
+	sizings  = map[sizingKey]sized{defaultSizingKey(): defaultSizing}
 )
+
+// defaultSizing is computeSizing's answer for DefaultConfig, known ahead
+// so that a process whose stateful tasks use the default does not spend
+// 25 ms of CPU on it when the first one starts (TestDefaultSizing checks
+// it against computeSizing).
+var defaultSizing = sized{m: 9312384, rounds: 5}
+
+func defaultSizingKey() sizingKey {
+	c := DefaultConfig()
+	return sizingKey{uint(c.perGeneration()), c.FPRate / float64(c.Generations), subWords(c.Generations)}
+}
 
 func computeSizing(n uint, p float64, sub int) (m, rounds uint) {
 	best := math.Inf(1)

@@ -618,3 +618,13 @@ func TestPrefetchChangesNothing(t *testing.T) {
 		t.Fatalf("stats differ: %+v and %+v", sa, sb)
 	}
 }
+
+// TestDefaultSizing checks the sizes New takes for DefaultConfig without
+// computing them against the computation.
+func TestDefaultSizing(t *testing.T) {
+	k := defaultSizingKey()
+	m, rounds := computeSizing(k.n, k.p, k.sub)
+	if got := (sized{m, rounds}); got != defaultSizing {
+		t.Fatalf("DefaultConfig sizes to %d bits per generation in %d rounds; defaultSizing says %d in %d: update defaultSizing", m, rounds, defaultSizing.m, defaultSizing.rounds)
+	}
+}
