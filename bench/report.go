@@ -36,6 +36,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprint(w, " ms)")
 	}
 	fmt.Fprintln(w)
+	if h := l.HostStalls; h.Seconds > 0 {
+		fmt.Fprintf(w, "host stalls before the latency runs (a thread spinning on each processor for %.0f s): %.1f over 1 ms a second per processor, the longest %.1f ms, %.2f%% of the time lost\n", h.Seconds, h.PerSec, h.LongestMs, 100*h.LostShare)
+	}
 	fmt.Fprint(w, "\nscaling (at-least-once, dedup off):\n")
 	for _, s := range r.Parallelism {
 		fmt.Fprintf(w, "  parallelism %d: %.0f records/s\n", s.Parallelism, s.RecordsPerSec)

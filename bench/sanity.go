@@ -10,7 +10,8 @@ import (
 // negative, infinite or NaN number anywhere (a time, a rate, a byte count
 // after an unsigned underflow), percentiles out of order, a row whose rate
 // does not match its records and seconds, a memory figure larger than the
-// heap the process ever had, a CPU breakdown whose parts do not add up.
+// heap the process ever had, a CPU breakdown whose parts do not add up, a
+// host stall longer than the time measured.
 // An empty list means every figure is possible, not that it is right.
 // `ackflow bench` refuses to print a report with any.
 func (r *Report) Impossible() []string {
@@ -36,6 +37,9 @@ func (r *Report) Impossible() []string {
 	}
 	if l := r.Latency; len(l.P99RunsMs) > 0 && l.P99Ms != median(l.P99RunsMs) {
 		add("latency p99 %.2f ms is not the median of its runs %v", l.P99Ms, l.P99RunsMs)
+	}
+	if h := r.Latency.HostStalls; h.LongestMs > h.Seconds*1000 || h.LostShare > 1 || h.PerSec > 1000 {
+		add("host stalls: the longest %.1f ms, %.2f of the time lost and %.0f a second over 1 ms, in %.1f s of spinning", h.LongestMs, h.LostShare, h.PerSec, h.Seconds)
 	}
 	if m := r.Memory; m.HeapSysBytes > 0 {
 		for _, f := range []struct {

@@ -12,7 +12,8 @@ func saneReport() *Report {
 	return &Report{
 		Rows: []Row{{Name: "plain-go", RecordsPerSec: 1e7, Records: 1e7, Seconds: 1, VsPlainGo: 1},
 			{Name: "at-least-once", RecordsPerSec: 2e6, Records: 1e6, Seconds: 0.5, VsPlainGo: 0.2}},
-		Latency:  Latency{LoadRecordsPerSec: 1e6, P50Ms: 0.5, P99Ms: 4, P999Ms: 9, P99RunsMs: []float64{7, 3.5, 4}},
+		Latency: Latency{LoadRecordsPerSec: 1e6, P50Ms: 0.5, P99Ms: 4, P999Ms: 9, P99RunsMs: []float64{7, 3.5, 4},
+			HostStalls: Stalls{Seconds: 2, PerSec: 1.5, LongestMs: 7.5, LostShare: 0.004}},
 		Recovery: Recovery{Crashes: 2, TreesCompleteMs: []float64{400}, Throughput90Ms: []float64{450}, EndedFirst: 1},
 		Memory: Memory{AckerBytesPerTree: 40, LogBytesPerEntry: 250, DedupBitsPerID: 25, AckerTrees: 200_000, LogEntries: 100_000,
 			HeapSysBytes: 1 << 30},
@@ -43,6 +44,8 @@ func TestImpossibleFigures(t *testing.T) {
 		{"bytes per tree beyond the heap (an unsigned underflow)", "acker bytes per pending tree: 92233720368338.5", func(r *Report) { r.Memory.AckerBytesPerTree = 92233720368338.5 }},
 		{"log bytes beyond the heap", "output log bytes per entry", func(r *Report) { r.Memory.LogBytesPerEntry = 1 << 20 }},
 		{"dedup under a bit", "bits per ID", func(r *Report) { r.Memory.DedupBitsPerID = 0.5 }},
+		{"stall longer than the measurement", "host stalls: the longest 2500.0 ms", func(r *Report) { r.Latency.HostStalls.LongestMs = 2500 }},
+		{"more time lost than spun", "1.20 of the time lost", func(r *Report) { r.Latency.HostStalls.LostShare = 1.2 }},
 		{"more than all the CPU stolen", "CPU time stolen", func(r *Report) { r.Machine.StolenShare = 1.5 }},
 		{"breakdown not adding up", "CPU breakdown", func(r *Report) { r.Breakdown.Parts[0].Share = 0.5 }},
 		{"goal met by nothing", `goal "x" met with a value of 0`, func(r *Report) { r.Goals[0].Value = 0 }},

@@ -70,6 +70,9 @@ type Latency struct {
 	P999Ms float64 `json:"p999_ms"`
 	// P99RunsMs is every run's p99, in the order they ran.
 	P99RunsMs []float64 `json:"p99_runs_ms,omitempty"`
+	// HostStalls is how often the machine stopped a spinning thread,
+	// measured just before the runs: the floor under their tail.
+	HostStalls Stalls `json:"host_stalls"`
 }
 
 // ScaleRow is throughput at one parallelism or record size.
@@ -461,8 +464,14 @@ func (s *suite) halfLoad(row string) (linesPerSec, recordsPerSec float64) {
 // above the truth as below it; every run's p99 is reported too.
 const latencyRuns = 3
 
+// stallSeconds is how long the latency row measures the host's stalls
+// before its runs.
+const stallSeconds = 2
+
 func (s *suite) latency(ctx context.Context) error {
 	lps, rps := s.halfLoad("at-least-once")
+	stalls := MeasureStalls(ctx, stallSeconds*time.Second)
+	s.logf("host stalls: %.1f over 1 ms a second per processor, the longest %.1f ms, %.2f%% of the time lost", stalls.PerSec, stalls.LongestMs, 100*stalls.LostShare)
 	var p50, p99, p999 []float64
 	for i := range latencyRuns {
 		sum, lostWords, err := s.wordCount(ctx, wordcount.Config{LinesPerSec: lps}, func(c *workers.Config) { c.Guarantee, c.NoDedup = workers.AtLeastOnce, true })
@@ -476,7 +485,7 @@ func (s *suite) latency(ctx context.Context) error {
 		p50, p99, p999 = append(p50, ms(l.LatencyP50)), append(p99, ms(l.LatencyP99)), append(p999, ms(l.LatencyP999))
 		s.logf("latency at %.0f records/s (run %d of %d): p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms", rps, i+1, latencyRuns, p50[i], p99[i], p999[i])
 	}
-	s.rep.Latency = Latency{LoadRecordsPerSec: rps, P50Ms: median(p50), P99Ms: median(p99), P999Ms: median(p999), P99RunsMs: p99}
+	s.rep.Latency = Latency{LoadRecordsPerSec: rps, P50Ms: median(p50), P99Ms: median(p99), P999Ms: median(p999), P99RunsMs: p99, HostStalls: stalls}
 	return nil
 }
 
