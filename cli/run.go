@@ -80,7 +80,7 @@ processed, then prints a summary.`,
 	f.nats.registerURL(fl, "", "use this NATS server instead of an embedded one")
 	fl.IntVar(&f.batch, "batch", 0, "records per frame (default 512)")
 	fl.DurationVar(&f.linger, "linger", 0, "longest wait for a partial batch (default 2ms)")
-	fl.IntVar(&f.maxPending, "max-pending", 0, "trees in flight per spout task (default 4096)")
+	fl.IntVar(&f.maxPending, "max-pending", 0, "most trees in flight per spout task; a spout below capacity keeps an eighth of it (default 4096)")
 	fl.IntVar(&f.ackers, "ackers", 0, "acker tasks (default 1)")
 	fl.DurationVar(&f.timeout, "message-timeout", 0, "fail and replay a tree not completed in this long (default 30s)")
 	fl.Float64Var(&f.rate, "rate", 0, "lines (wordcount) or events (pageviews) per second read by the spouts (default, or inf: as fast as flow control allows)")

@@ -69,7 +69,10 @@ type Config struct {
 	// Ackers is the number of acker tasks (at-least-once).
 	Ackers int
 	// MaxSpoutPending bounds the trees in flight per spout task (Storm's
-	// topology.max.spout.pending).
+	// topology.max.spout.pending). A task lets between an eighth of it and
+	// all of it be in flight: the pending window grows while it holds the
+	// spout back and shrinks while it does not (docs/design-notes.md, "The
+	// pending window").
 	MaxSpoutPending int
 	// MaxPendingBytes bounds the bytes of pending root records per spout task.
 	MaxPendingBytes int64

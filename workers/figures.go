@@ -348,8 +348,8 @@ func (s *Summary) addCounts(o *Summary) {
 	c.InputsFailed += oc.InputsFailed
 }
 
-// add adds o's counters to c; the largest output log and Bloom filter
-// figures win. Latency percentiles do not add up: summary merges the
+// add adds o's counters to c; the largest output log, Bloom filter and
+// pending window figures win. Latency percentiles do not add up: summary merges the
 // histograms instead.
 func (c *ComponentSummary) add(o ComponentSummary) {
 	c.Emitted += o.Emitted
@@ -358,6 +358,7 @@ func (c *ComponentSummary) add(o ComponentSummary) {
 	c.Failed += o.Failed
 	c.Replayed += o.Replayed
 	c.TimedOut += o.TimedOut
+	c.WindowPeak = max(c.WindowPeak, o.WindowPeak)
 	c.Panics += o.Panics
 	c.DuplicatesDropped += o.DuplicatesDropped
 	c.Suspects += o.Suspects

@@ -109,6 +109,7 @@ func (m *runMetrics) writeTask(w *metrics.Writer, t taskSeries) {
 		put(metrics.TimedOut, c.timedOut.Load())
 		put(metrics.DeadLettered, c.deadLettered.Load())
 		put(metrics.PendingTrees, r.pending[t.id].Load())
+		put(metrics.PendingWindow, c.window.Load())
 		if c.complete != nil {
 			w.AddHistogram(c.complete, l...)
 		}

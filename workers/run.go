@@ -162,6 +162,7 @@ func (r *run) componentFigures(c *topology.Component) (ComponentSummary, *histog
 		cs.Failed += tc.failed.Load()
 		cs.Replayed += tc.replayed.Load()
 		cs.TimedOut += tc.timedOut.Load()
+		cs.WindowPeak = max(cs.WindowPeak, tc.windowPeak.Load())
 		cs.Panics += tc.panics.Load()
 		cs.DuplicatesDropped += tc.dupDropped.Load()
 		cs.Suspects += tc.suspects.Load()

@@ -72,6 +72,7 @@ type spoutExec struct {
 
 	pending      map[uint64]*pendingRoot // tree ID -> root
 	pendingBytes int64
+	window       pendingWindow // how many trees may be pending
 	replayQ      []*pendingRoot
 	delayed      delayQueue       // replays waiting out their backoff
 	acks, fails  []topology.MsgID // delivered to the spout outside Next
@@ -104,12 +105,16 @@ func (s *spoutExec) clock() time.Time {
 const clockUses = 8
 
 func newSpoutExec(b base) *spoutExec {
-	s := &spoutExec{base: b, spout: b.info.comp.SpoutFn(), pending: map[uint64]*pendingRoot{}, recovering: map[int64]*recovery{}, retired: map[uint64]retiredTree{}}
+	s := &spoutExec{base: b, spout: b.info.comp.SpoutFn(), pending: map[uint64]*pendingRoot{}, recovering: map[int64]*recovery{}, retired: map[uint64]retiredTree{},
+		window: newPendingWindow(b.r.cfg.MaxSpoutPending, time.Now())}
 	b.r.exhausted[b.info.id].Store(false) // a restarted spout reads again
 	if sr, ok := s.spout.(topology.SelfReplaying); ok {
 		s.selfReplay = sr.ReplaysItself()
 	}
 	s.deadAware, _ = s.spout.(topology.DeadLetterAware)
+	if s.track {
+		s.showWindow()
+	}
 	s.localAckers = localAckers(b.r.plan, b.w.slot)
 	return s
 }
@@ -229,6 +234,16 @@ func (s *spoutExec) run(ctx context.Context) {
 	}
 }
 
+// showWindow publishes the pending window's size for metrics and the
+// summary. Only the spout's goroutine writes these counters.
+func (s *spoutExec) showWindow() {
+	n := int64(s.window.size)
+	s.cnt.window.Store(n)
+	if n > s.cnt.windowPeak.Load() {
+		s.cnt.windowPeak.Store(n)
+	}
+}
+
 // guard runs user code, turning a panic into an error that names the spout.
 func (s *spoutExec) guard(what string, fn func() error) (err error) {
 	defer func() {
@@ -243,16 +258,22 @@ func (s *spoutExec) guard(what string, fn func() error) (err error) {
 }
 
 func (s *spoutExec) canEmit() bool {
-	if s.w.throttled.Load() {
-		return false
-	}
+	throttled := s.w.throttled.Load()
 	if !s.track {
-		return true
+		return !throttled
 	}
-	return len(s.pending) < s.r.cfg.MaxSpoutPending && s.pendingBytes < s.r.cfg.MaxPendingBytes
+	// The window holds the spout back only when nothing else does and it
+	// has records to emit (pendingWindow.admits).
+	other := throttled || s.pendingBytes >= s.r.cfg.MaxPendingBytes
+	wants := !other && (len(s.replayQ) > 0 || (!s.exhausted && s.paused == nil))
+	return s.window.admits(len(s.pending), wants) && !other
 }
 
 func (s *spoutExec) housekeep(now time.Time) {
+	if s.track {
+		s.window.resize(now)
+		s.showWindow()
+	}
 	s.r.held[s.info.id].Store(int64(s.out.poll(now)))
 	s.linkTick(now)
 	for len(s.delayed) > 0 && !s.delayed[0].due.After(now) {

@@ -25,8 +25,11 @@ type taskCounters struct {
 	failed   atomic.Int64 // spout: trees failed; bolt: inputs failed
 	replayed atomic.Int64 // spout: roots replayed
 	timedOut atomic.Int64 // spout: trees timed out
-	panics   atomic.Int64 // bolt: Execute panicked
-	latency  *histogram   // spout: complete latency (nil for bolts)
+	// Spout: its pending window now and the largest it reached
+	// (pendingWindow).
+	window, windowPeak atomic.Int64
+	panics             atomic.Int64 // bolt: Execute panicked
+	latency            *histogram   // spout: complete latency (nil for bolts)
 	// Spout: when its first root left and its last tree completed, in
 	// UnixNano (0: not yet), for Summary.FirstRecordAfter and
 	// Summary.EndedAfterLastTree.
@@ -179,6 +182,10 @@ type ComponentSummary struct {
 	Replayed int64
 	TimedOut int64
 	Panics   int64
+	// WindowPeak (spouts, at-least-once and exactly-once): the most trees
+	// a task's pending window let be in flight at some point of the run,
+	// between an eighth of Config.MaxSpoutPending and all of it.
+	WindowPeak int64
 	// Dedup (stateful bolts, at-least-once): duplicates dropped without
 	// running user code, Bloom suspects processed because nothing confirmed
 	// them, logged outputs re-emitted, the largest log, and the Bloom

@@ -1,0 +1,81 @@
+package workers
+
+import "time"
+
+// pendingWindow is how many trees a spout task lets be in flight: between
+// an eighth of Config.MaxSpoutPending and all of it, sized by whether the
+// window holds the spout back.
+//
+// A fixed bound of MaxSpoutPending (Storm's max.spout.pending) keeps the
+// topology's queues as deep as that bound whenever it stalls: at half of
+// word count's peak a stall of a few milliseconds (a collection, the host
+// taking a core away) let the spout put up to 4,096 lines into the
+// stalled pipeline, and every tree behind them waited for them, 10-20 ms
+// at p99 where trees took 1 ms at p50. A bound of 512 kept p99 near 5 ms
+// at the same offered load, and cost nothing at the peak of word count
+// on two workers; but a fixed small bound throttles a topology whose
+// trees take long (a slow host spell, a real network between workers):
+// in one paced run of five its spout fell behind the input's schedule
+// and never caught up (docs/performance.md, round seventeen).
+//
+// So the window starts small and doubles while the spout spends more than
+// half of a period held back by it with records to emit, which a
+// saturated spout is all the time, and halves back while it is held less
+// than a tenth of a period. A spout below its topology's capacity keeps a
+// shallow window, and the records a stall leaves unread wait in the
+// source, where the broker or the file keeps them, instead of in the
+// topology's queues; a spout at capacity gets the whole bound within a few
+// periods. This is TCP's congestion window in miniature, with "held back"
+// as its signal in place of a lost packet.
+type pendingWindow struct {
+	size, lo, hi int
+	from         time.Time     // start of the current period
+	heldSince    time.Time     // when the spout was found held; zero while it is not
+	held         time.Duration // time held in the current period, before heldSince
+}
+
+// windowPeriod is how often the window is resized.
+const windowPeriod = 50 * time.Millisecond
+
+func newPendingWindow(maxPending int, now time.Time) pendingWindow {
+	lo := max(1, maxPending/8)
+	return pendingWindow{size: lo, lo: lo, hi: maxPending, from: now}
+}
+
+// admits reports whether a spout with n trees in flight may emit another
+// root. wants says whether it has records to emit: a held spout that has
+// none (its source exhausted, a checkpoint pausing it) is not held back by
+// the window. It reads the clock only when the spout becomes held or stops
+// being held.
+func (w *pendingWindow) admits(n int, wants bool) bool {
+	ok := n < w.size
+	switch held := !ok && wants; {
+	case held && w.heldSince.IsZero():
+		w.heldSince = time.Now()
+	case !held && !w.heldSince.IsZero():
+		w.held += time.Since(w.heldSince)
+		w.heldSince = time.Time{}
+	}
+	return ok
+}
+
+// resize ends the period at now if it is over and sizes the window for
+// the next one.
+func (w *pendingWindow) resize(now time.Time) {
+	period := now.Sub(w.from)
+	if period < windowPeriod {
+		return
+	}
+	held := w.held
+	if !w.heldSince.IsZero() {
+		held += max(0, now.Sub(w.heldSince))
+		w.heldSince = now
+	}
+	switch {
+	case held*2 > period:
+		w.size = min(w.hi, 2*w.size)
+	case held*10 < period:
+		w.size = max(w.lo, w.size/2)
+	}
+	w.from, w.held = now, 0
+}

@@ -1,0 +1,88 @@
+package workers
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPendingWindowFollowsHowOftenItHolds: the window starts at an eighth
+// of the bound, doubles after a period in which it held the spout back more
+// than half the time, halves after one in which it held it less than a
+// tenth, stays put in between, and never leaves its bounds.
+func TestPendingWindowFollowsHowOftenItHolds(t *testing.T) {
+	t0 := time.Now()
+	w := newPendingWindow(4096, t0)
+	if w.size != 512 || w.lo != 512 || w.hi != 4096 {
+		t.Fatalf("new window %+v; want size 512 between 512 and 4096", w)
+	}
+	at := t0
+	// period ends one period after the last with the spout held for the
+	// given share of it.
+	period := func(share float64) {
+		held := time.Duration(share * float64(windowPeriod))
+		w.held = held
+		at = at.Add(windowPeriod)
+		w.resize(at)
+	}
+	for i, want := range []int{1024, 2048, 4096, 4096} {
+		period(0.8)
+		if w.size != want {
+			t.Fatalf("after %d periods held 80%% of the time: size %d, want %d", i+1, w.size, want)
+		}
+	}
+	period(0.3)
+	if w.size != 4096 {
+		t.Fatalf("held 30%% of a period: size %d, want it unchanged at 4096", w.size)
+	}
+	for i, want := range []int{2048, 1024, 512, 512} {
+		period(0.05)
+		if w.size != want {
+			t.Fatalf("after %d periods held 5%% of the time: size %d, want %d", i+1, w.size, want)
+		}
+	}
+	// A period not over yet changes nothing.
+	w.held = windowPeriod
+	w.resize(at.Add(windowPeriod / 2))
+	if w.size != 512 || w.held != windowPeriod {
+		t.Fatalf("resized before its period ended: %+v", w)
+	}
+}
+
+// TestPendingWindowCountsOnlyHeldTime: admits refuses at the window's size
+// and counts the time until it admits again as held, unless the spout has
+// nothing to emit; a period that ends while the spout is held counts the
+// time up to its end and goes on counting into the next.
+func TestPendingWindowCountsOnlyHeldTime(t *testing.T) {
+	w := newPendingWindow(80, time.Now())
+	if !w.admits(9, true) || w.admits(10, true) {
+		t.Fatalf("a window of %d: admits 9 in flight and refuses 10, got otherwise", w.size)
+	}
+	if w.heldSince.IsZero() {
+		t.Fatal("refusing a spout with records to emit did not start the held time")
+	}
+	time.Sleep(2 * time.Millisecond)
+	if !w.admits(3, true) {
+		t.Fatal("3 in flight refused")
+	}
+	if !w.heldSince.IsZero() || w.held < 2*time.Millisecond {
+		t.Fatalf("after 2 ms held: heldSince %v, held %v", w.heldSince, w.held)
+	}
+	// A spout with nothing to emit is refused but not held back.
+	w.held = 0
+	if w.admits(10, false) || !w.heldSince.IsZero() {
+		t.Fatal("a spout with nothing to emit counted as held")
+	}
+	// Held across the end of a period: the whole period counts, and the
+	// rest of the hold goes into the next one.
+	w.admits(10, true)
+	w.heldSince = w.from
+	w.resize(w.from.Add(windowPeriod))
+	if w.size != 20 || w.heldSince != w.from || w.held != 0 {
+		t.Fatalf("a period held throughout: %+v; want size 20, held since the new period's start", w)
+	}
+	// A bound of 1 (and any bound under 8) still admits one tree.
+	one := newPendingWindow(1, time.Now())
+	if one.size != 1 || !one.admits(0, true) || one.admits(1, true) {
+		t.Fatalf("window of bound 1: %+v", one)
+	}
+}
