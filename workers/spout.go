@@ -235,12 +235,12 @@ func (s *spoutExec) run(ctx context.Context) {
 }
 
 // showWindow publishes the pending window's size for metrics and the
-// summary. Only the spout's goroutine writes these counters.
+// summary. The counters are the task's, which a restarted spout shares
+// with the one it replaces while that one stops.
 func (s *spoutExec) showWindow() {
 	n := int64(s.window.size)
 	s.cnt.window.Store(n)
-	if n > s.cnt.windowPeak.Load() {
-		s.cnt.windowPeak.Store(n)
+	for peak := s.cnt.windowPeak.Load(); n > peak && !s.cnt.windowPeak.CompareAndSwap(peak, n); peak = s.cnt.windowPeak.Load() {
 	}
 }
 
