@@ -349,8 +349,8 @@ func (s *Summary) addCounts(o *Summary) {
 }
 
 // add adds o's counters to c; the largest output log, Bloom filter and
-// pending window figures win. Latency percentiles do not add up: summary merges the
-// histograms instead.
+// pending window figures win. Latency percentiles do not add up: summary
+// merges the histograms instead.
 func (c *ComponentSummary) add(o ComponentSummary) {
 	c.Emitted += o.Emitted
 	c.Executed += o.Executed
