@@ -40,7 +40,7 @@ func (s *State) KeyGroup(key string) int { return KeyGroup(HashValue(HashSeed, k
 func (s *State) Counters(name string) *Counters {
 	c := s.counters[name]
 	if c == nil {
-		c = &Counters{m: map[string]*int64{}}
+		c = newCounters()
 		s.counters[name] = c
 	}
 	return c
@@ -54,72 +54,6 @@ func (s *State) Map(name string) *Map {
 		s.maps[name] = m
 	}
 	return m
-}
-
-// Counters are int64 values by key; a missing key counts 0.
-//
-// A map holds a pointer to each counter rather than the counter, so that
-// Add of a key already counted, the common case of a keyed count, is one
-// map lookup instead of a lookup and an assignment. The counters come from
-// small slabs, so a new key costs no allocation of its own. Keys are kept
-// in one map, not one per key group: a key's group is needed only for a
-// snapshot (AppendSnapshot), and hashing every key into its group on every
-// Add, then looking it up in that group's map, was a third of word count's
-// count bolt (BenchmarkCountersAdd).
-type Counters struct {
-	m    map[string]*int64
-	slab []int64 // where the next new keys' counters go
-}
-
-// counterSlab is how many counters one allocation makes room for.
-const counterSlab = 64
-
-// Add adds delta to key's counter and returns the new value.
-func (c *Counters) Add(key string, delta int64) int64 {
-	if p := c.m[key]; p != nil {
-		*p += delta
-		return *p
-	}
-	c.insert(key, delta)
-	return delta
-}
-
-// insert adds key, which c does not hold, with value v. The key is copied:
-// a key taken from a record usually shares the bytes of a longer string
-// (its line, or its frame), which the map would otherwise keep alive, and
-// copies made one after the other sit together in memory, so that the
-// comparisons of later lookups touch fewer cache lines.
-func (c *Counters) insert(key string, v int64) {
-	if len(c.slab) == 0 {
-		c.slab = make([]int64, counterSlab)
-	}
-	p := &c.slab[0]
-	c.slab = c.slab[1:]
-	*p = v
-	c.m[strings.Clone(key)] = p
-}
-
-// Get returns key's counter.
-func (c *Counters) Get(key string) int64 {
-	if p := c.m[key]; p != nil {
-		return *p
-	}
-	return 0
-}
-
-// Delete removes key.
-func (c *Counters) Delete(key string) { delete(c.m, key) }
-
-// Len is the number of keys.
-func (c *Counters) Len() int { return len(c.m) }
-
-// Range calls fn for every key until fn returns false, in no order.
-func (c *Counters) Range(fn func(key string, n int64) bool) {
-	for k, v := range c.m {
-		if !fn(k, *v) {
-			return
-		}
-	}
 }
 
 // Map holds byte values by key. Put keeps the slice it is given: do not
@@ -179,9 +113,13 @@ func (s *State) AppendSnapshot(dst []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(s.groups))
 	for _, name := range sortedKeys(s.counters) {
 		c := s.counters[name]
-		dst = appendCollection(dst, kindCounters, name, byGroup(s, c.m), func(dst []byte, k string) []byte {
-			return binary.AppendVarint(appendString(dst, k), *c.m[k])
+		groups := make([][]string, s.groups)
+		c.Range(func(k string, _ int64) bool {
+			g := s.KeyGroup(k)
+			groups[g] = append(groups[g], k)
+			return true
 		})
+		dst = appendCollection(dst, kindCounters, name, groups, c.appendEntry)
 	}
 	for _, name := range sortedKeys(s.maps) {
 		m := s.maps[name]
@@ -255,9 +193,9 @@ func (s *State) Restore(snap []byte) error {
 	}
 	for name, c := range s.counters {
 		if f := fresh.counters[name]; f != nil {
-			c.m, c.slab = f.m, f.slab
+			*c = *f
 		} else {
-			c.m, c.slab = map[string]*int64{}, nil
+			*c = *newCounters()
 		}
 	}
 	for name, f := range fresh.counters {
@@ -295,11 +233,12 @@ func (s *State) RestoreGroups(snaps [][]byte, from, to int) error {
 		}
 		in := func(k string) bool { g := s.KeyGroup(k); return g >= from && g < to }
 		for name, c := range one.counters {
-			for k, v := range c.m {
+			c.Range(func(k string, v int64) bool {
 				if in(k) {
-					merged.Counters(name).Add(k, *v)
+					merged.Counters(name).Add(k, v)
 				}
-			}
+				return true
+			})
 		}
 		for name, m := range one.maps {
 			for k, v := range m.m {
