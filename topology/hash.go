@@ -2,6 +2,7 @@ package topology
 
 import (
 	"math"
+	"math/bits"
 	"sort"
 )
 
@@ -65,12 +66,24 @@ const DefaultKeyGroups = 128
 // KeyGroup returns the key group of a hash from a fold of HashValue: keys
 // hash into a fixed number of key groups, and key groups map to tasks by
 // contiguous ranges (Flink's model), so that state can later move between
-// tasks a key group at a time.
-func KeyGroup(hash uint64, groups int) int { return int(hash % uint64(groups)) }
+// tasks a key group at a time. A power of two of groups, the default's
+// 128, takes a mask instead of a division (the same group): the divisions
+// of KeyGroup and KeyGroupOwner were a sixtieth of word count's CPU time.
+func KeyGroup(hash uint64, groups int) int {
+	if groups > 0 && groups&(groups-1) == 0 {
+		return int(hash & uint64(groups-1))
+	}
+	return int(hash % uint64(groups))
+}
 
 // KeyGroupOwner returns the index of the task, of parallelism p, that owns
 // key group g of groups.
-func KeyGroupOwner(g, groups, p int) int { return g * p / groups }
+func KeyGroupOwner(g, groups, p int) int {
+	if groups > 0 && groups&(groups-1) == 0 {
+		return g * p >> bits.TrailingZeros(uint(groups))
+	}
+	return g * p / groups
+}
 
 // KeyGroupRange returns the key groups [from, to) that task index of
 // parallelism p owns.

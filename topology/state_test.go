@@ -207,3 +207,24 @@ func mapKeys(m *Map) (keys []string) {
 	m.Range(func(k string, _ []byte) bool { keys = append(keys, k); return true })
 	return keys
 }
+
+// TestKeyGroupsByMaskAreTheDivisions: for a power of two of key groups
+// KeyGroup and KeyGroupOwner take a mask and a shift; they must give what
+// the divisions give, or state restored from a checkpoint would sit in
+// other tasks than its keys' records go to.
+func TestKeyGroupsByMaskAreTheDivisions(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	for groups := 1; groups <= 1024; groups++ {
+		for range 200 {
+			h := r.Uint64()
+			g := KeyGroup(h, groups)
+			if want := int(h % uint64(groups)); g != want {
+				t.Fatalf("KeyGroup(%#x, %d) = %d, want %d", h, groups, g, want)
+			}
+			p := 1 + r.IntN(groups)
+			if got, want := KeyGroupOwner(g, groups, p), g*p/groups; got != want {
+				t.Fatalf("KeyGroupOwner(%d, %d, %d) = %d, want %d", g, groups, p, got, want)
+			}
+		}
+	}
+}
