@@ -36,10 +36,21 @@ const (
 	tagMap    = 9
 )
 
+// Record flags: which of a record's fields are left out because they are
+// the frame's or the previous record's. A word count's record was 42 bytes
+// on average, 10 of them its epoch, source task and stream, the same in
+// every record of a frame.
+const (
+	sameEpoch  = 1 << iota // the record's epoch is the frame's
+	sameSrc                // its source task is the frame's sender
+	sameStream             // its stream is the previous record's
+	allFlags   = sameEpoch | sameSrc | sameStream
+)
+
 // The fewest bytes an item can take. A count that claims more items than the
 // remaining bytes could hold is refused before anything is allocated for it.
 const (
-	minRecordSize = 8 + 1 + 1 + 1 + 1 + 1 // ID, epoch, task, stream length, two counts
+	minRecordSize = 8 + 1 + 1 + 1         // ID, flags, two counts
 	minAckSize    = 1 + 8 + 8 + 1 + 1     // type, tree, value, task, error length
 	minNoticeSize = 1 + 8 + 1 + 1         // type, tree, task, error length
 	minLinkSize   = 1 + 1 + 1 + 1         // type, epoch, sequence, count
@@ -149,7 +160,7 @@ func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	var err error
 	switch f.Kind {
 	case KindData:
-		dst, err = appendRecords(dst, f.Records)
+		dst, err = appendRecords(dst, f)
 	case KindAck:
 		dst, err = appendAcks(dst, f.Acks)
 	case KindNotice:
@@ -165,11 +176,11 @@ func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	return dst, nil
 }
 
-func appendRecords(dst []byte, recs []Record) ([]byte, error) {
-	dst = binary.AppendUvarint(dst, uint64(len(recs)))
-	for i := range recs {
+func appendRecords(dst []byte, f *Frame) ([]byte, error) {
+	dst = binary.AppendUvarint(dst, uint64(len(f.Records)))
+	for i := range f.Records {
 		var err error
-		if dst, err = appendRecord(dst, &recs[i], i); err != nil {
+		if dst, err = appendRecord(dst, f, i); err != nil {
 			return dst, err
 		}
 	}
@@ -256,12 +267,33 @@ func cutErr(s string) string {
 	return s[:n]
 }
 
-func appendRecord(dst []byte, r *Record, ri int) ([]byte, error) {
+// appendRecord appends record ri of f. Its epoch, source task and stream
+// are left out when they are the frame's epoch and sender and the previous
+// record's stream, as they almost always are (flags).
+func appendRecord(dst []byte, f *Frame, ri int) ([]byte, error) {
+	r := &f.Records[ri]
 	dst = binary.LittleEndian.AppendUint64(dst, r.ID)
-	dst = binary.AppendUvarint(dst, r.Epoch)
-	dst = binary.AppendVarint(dst, int64(r.SrcTask))
-	dst = binary.AppendUvarint(dst, uint64(len(r.Stream)))
-	dst = append(dst, r.Stream...)
+	var flags byte
+	if r.Epoch == f.Epoch {
+		flags |= sameEpoch
+	}
+	if r.SrcTask == f.Src {
+		flags |= sameSrc
+	}
+	if ri > 0 && r.Stream == f.Records[ri-1].Stream {
+		flags |= sameStream
+	}
+	dst = append(dst, flags)
+	if flags&sameEpoch == 0 {
+		dst = binary.AppendUvarint(dst, r.Epoch)
+	}
+	if flags&sameSrc == 0 {
+		dst = binary.AppendVarint(dst, int64(r.SrcTask))
+	}
+	if flags&sameStream == 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(r.Stream)))
+		dst = append(dst, r.Stream...)
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(r.Anchors)))
 	for _, a := range r.Anchors {
 		dst = binary.LittleEndian.AppendUint64(dst, a.Tree)
@@ -461,6 +493,7 @@ type decoder struct {
 	// records share a stream allocates its name once.
 	streams [4]string
 	nstream int
+	stream  string // the previous record's
 
 	// Slabs that records without enough capacity of their own are carved
 	// from, so that decoding into a new Frame allocates per frame, not per
@@ -539,9 +572,33 @@ func (d *decoder) records(f *Frame, n int) {
 // it, to size slabs.
 func (d *decoder) record(r *Record, left int) {
 	r.ID = d.u64("ID")
-	r.Epoch = d.uvarint("epoch")
-	r.SrcTask = d.int32("source task")
-	r.Stream = d.intern(d.bytes("stream name length"), r.Stream)
+	flags := d.byte("record flags")
+	switch {
+	case d.failed != 0:
+		return
+	case flags&^allFlags != 0:
+		d.corrupt("unknown record flags %#02x", flags)
+		return
+	case flags&sameStream != 0 && d.item == 0:
+		d.corrupt("the first record says it has the previous record's stream")
+		return
+	}
+	if flags&sameEpoch != 0 {
+		r.Epoch = d.epoch
+	} else {
+		r.Epoch = d.uvarint("epoch")
+	}
+	if flags&sameSrc != 0 {
+		r.SrcTask = d.src
+	} else {
+		r.SrcTask = d.int32("source task")
+	}
+	if flags&sameStream != 0 {
+		r.Stream = d.stream
+	} else {
+		r.Stream = d.intern(d.bytes("stream name length"), r.Stream)
+	}
+	d.stream = r.Stream
 
 	na := d.count("anchor count", anchorSize)
 	if d.failed != 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -62,6 +63,12 @@ func richData() *Frame {
 		{ID: 1, Stream: "", SrcTask: -1},
 		{ID: 2, Stream: "errors", SrcTask: math.MaxInt32, Epoch: math.MaxUint64, Values: []any{"only"}},
 		{ID: 3, Stream: "default", SrcTask: math.MinInt32, Anchors: []Anchor{{Tree: 9, Val: 9}}},
+		// The frame's epoch and sender and the previous stream, left out
+		// of the encoding one at a time and together (record flags).
+		{ID: 4, Stream: "default", SrcTask: -2, Epoch: 9, Values: []any{"w"}},
+		{ID: 5, Stream: "default", SrcTask: -2, Epoch: 8},
+		{ID: 6, Stream: "x", SrcTask: 4, Epoch: 9},
+		{ID: 7, Stream: "x", SrcTask: -2, Epoch: 9},
 	}}
 }
 
@@ -256,7 +263,9 @@ func TestDecodeErrors(t *testing.T) {
 	// A data frame with one record: ID, epoch 0, task 0, empty stream, no
 	// anchors, then the given value count and values.
 	oneRecord := func(values ...byte) []byte {
-		return hdr(KindData, append([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, values...)...)
+		// count, ID, flags (none: epoch, task and stream follow), epoch,
+		// task, stream length, anchor count
+		return hdr(KindData, append([]byte{1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, values...)...)
 	}
 	deep := []byte{1}
 	for range MaxDepth + 1 {
@@ -302,9 +311,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"bad magic", []byte{'{', '"', 'a'}, ErrMagic, "0x7b"},
 		{"bad magic, one byte", []byte{0}, ErrMagic, ""},
 		{"newer version", []byte{magic, Version + 1, byte(KindData), 0}, ErrVersion,
-			"frame is version 3, this build speaks version 2"},
+			fmt.Sprintf("frame is version %d, this build speaks version %d", Version+1, Version)},
 		{"version 1", []byte{magic, 1, byte(KindData), 0}, ErrVersion,
-			"frame is version 1, this build speaks version 2"},
+			fmt.Sprintf("frame is version 1, this build speaks version %d", Version)},
 		{"version zero", []byte{magic, 0}, ErrVersion, "version 0"},
 		{"kind zero", hdr(0, 0), ErrCorrupt, "unknown frame kind 0"},
 		{"unknown kind", hdr(5, 0), ErrCorrupt, "unknown frame kind 5"},
@@ -327,7 +336,12 @@ func TestDecodeErrors(t *testing.T) {
 		{"map key longer than frame", oneRecord(1, tagMap, 1, 9, 'a', tagNil), ErrShort, "map key length is 9"},
 		{"map value missing", oneRecord(1, tagMap, 1, 2, 'a', 'b'), ErrShort, "value tag"},
 		{"value count beyond bytes", oneRecord(3, tagNil), ErrShort, "value count"},
-		{"anchors beyond bytes", hdr(KindData, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0), ErrShort, "anchor count"},
+		{"anchors beyond bytes", hdr(KindData, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0), ErrShort, "anchor count"},
+		{"unknown record flags", hdr(KindData, 1, 1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0), ErrCorrupt, "record 0: unknown record flags 0x08"},
+		{"first record with the previous stream", hdr(KindData, 1, 1, 0, 0, 0, 0, 0, 0, 0, sameEpoch|sameSrc|sameStream, 0, 0), ErrCorrupt,
+			"record 0: the first record says it has the previous record's stream"},
+		{"no record flags", hdr(KindData, 2, 1, 0, 0, 0, 0, 0, 0, 0, sameEpoch | sameSrc, 0, 0, 1, tagString, 2, 'a', 'b', 2, 0, 0, 0, 0, 0, 0, 0),
+			ErrShort, "record 1: record flags"},
 		{"task beyond int32", ack(AckAck, beyondInt32, []byte{0}), ErrCorrupt, "ack 0: task 2147483648 does not fit in 32 bits"},
 		{"unknown ack type", ack(0, []byte{0}, []byte{0}), ErrCorrupt, "unknown ack type 0"},
 		{"ack error beyond the limit", ack(AckFail, []byte{0}, longErr(MaxErrLen+1)), ErrCorrupt, "ack 0: error text is 1025 bytes, more than MaxErrLen (1024)"},
@@ -403,7 +417,7 @@ func TestDecodeBoundsAllocation(t *testing.T) {
 	}
 	// A list of 1000 elements in a 1000-byte frame is fine; its length is
 	// bounded by the bytes left, not by the claim.
-	rec := []byte{magic, Version, byte(KindData), 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, tagList, 0xe8, 0x07}
+	rec := []byte{magic, Version, byte(KindData), 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, tagList, 0xe8, 0x07}
 	rec = append(rec, bytes.Repeat([]byte{tagNil}, 1000)...)
 	if err := DecodeFrame(rec, &f); err != nil {
 		t.Fatal(err)
@@ -627,7 +641,7 @@ func TestMapEncodingIsCanonical(t *testing.T) {
 // TestDecodeMapKeysInAnyOrder: the encoder sorts keys, but the decoder
 // only refuses a key given twice, not keys out of order.
 func TestDecodeMapKeysInAnyOrder(t *testing.T) {
-	data := []byte{magic, Version, byte(KindData), 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+	data := []byte{magic, Version, byte(KindData), 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
 		tagMap, 2, 1, 'b', tagTrue, 1, 'a', tagFalse}
 	var f Frame
 	if err := DecodeFrame(data, &f); err != nil {
@@ -849,6 +863,51 @@ func TestRoundTripRandom(t *testing.T) {
 		}
 		if !reflect.DeepEqual(normalize(&reused), normalize(f)) {
 			t.Fatalf("frame %d: decoding into a reused Frame changed it\n got %#v\nwant %#v", i, reused, *f)
+		}
+	}
+}
+
+// TestRecordsLeaveOutWhatTheyShare: a record whose epoch and source task
+// are its frame's and whose stream is the record before it's costs its ID,
+// a flags byte, its anchors and its values, nothing more; one that shares
+// nothing still round-trips with all three written out.
+func TestRecordsLeaveOutWhatTheyShare(t *testing.T) {
+	frame := func(epoch uint64, src int32) *Frame {
+		f := &Frame{Kind: KindData, Src: 3, Epoch: 5, Seq: 1}
+		for i := range 100 {
+			f.Records = append(f.Records, Record{ID: uint64(i), Stream: "default", SrcTask: src, Epoch: epoch,
+				Anchors: []Anchor{{Tree: 1, Val: 2}}, Values: []any{"word"}})
+		}
+		return f
+	}
+	shared, err := AppendFrame(nil, frame(5, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apart, err := AppendFrame(nil, frame(6, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Per record: ID 8, flags 1, anchor count 1, anchor 16, value count 1,
+	// value 6; the first also writes its stream (8 bytes).
+	header := len(shared) - 100*(8+1+1+16+1+6) - 8
+	if header != 7 { // magic, version, kind, src, epoch, seq, count: a byte each
+		t.Fatalf("100 records sharing their frame's fields took %d bytes, a header of %d; want 7", len(shared), header)
+	}
+	if want := len(shared) + 100*2; len(apart) != want { // an epoch and a task byte each
+		t.Fatalf("records with their own epoch and task took %d bytes, want %d", len(apart), want)
+	}
+	for _, b := range [][]byte{shared, apart} {
+		var got Frame
+		if err := DecodeFrame(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		want := frame(5, 3)
+		if len(b) == len(apart) {
+			want = frame(6, 4)
+		}
+		if !reflect.DeepEqual(got.Records, want.Records) {
+			t.Fatalf("decoded %+v, want %+v", got.Records[:2], want.Records[:2])
 		}
 	}
 }

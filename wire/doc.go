@@ -17,9 +17,13 @@
 // the random-looking 64-bit IDs that varints cannot shrink, 8 bytes little
 // endian (u64):
 //
-//	record  ID u64, Epoch uvarint, SrcTask varint, Stream (uvarint length,
-//	        bytes), anchor count uvarint, anchors (Tree u64, Val u64),
-//	        value count uvarint, values
+//	record  ID u64, flags byte, Epoch uvarint unless flag 1, SrcTask
+//	        varint unless flag 2, Stream (uvarint length, bytes) unless
+//	        flag 4, anchor count uvarint, anchors (Tree u64, Val u64),
+//	        value count uvarint, values. Flag 1 means the record's epoch
+//	        is the frame's Epoch, 2 that its source task is the frame's
+//	        Src, 4 that its stream is the previous record's (never set on
+//	        the first); other bits are refused.
 //	value   tag byte, then: nil, false, true: nothing; int64: varint;
 //	        uint64: uvarint; float64: IEEE 754 bits u64; string, []byte:
 //	        uvarint length, bytes; list ([]any): uvarint count, values;

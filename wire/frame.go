@@ -4,8 +4,10 @@ package wire
 // version byte differs is refused with ErrVersion.
 //
 // Version 2 added uint64 and map values, the Err of acker messages, the Task
-// and Err of notices, and link frames.
-const Version = 2
+// and Err of notices, and link frames. Version 3 leaves out of a record the
+// epoch, source task and stream that it shares with its frame and the
+// record before it (a flags byte says which).
+const Version = 3
 
 // Kind says what a frame carries.
 type Kind uint8
