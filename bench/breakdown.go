@@ -50,7 +50,7 @@ var parts = []struct {
 		"github.com/ackflow/ackflow/workers.(*ackerExec)", "github.com/ackflow/ackflow/workers.(*spoutExec).complete", "github.com/ackflow/ackflow/workers.(*outbox).addAck", "github.com/ackflow/ackflow/workers.(*outbox).flushAcks"}},
 	{"output log (upstream backup)", []string{"github.com/ackflow/ackflow/upstreambackup."}},
 	{"codec (frames)", []string{"github.com/ackflow/ackflow/wire."}},
-	{"keyed state (counters by key group)", []string{"github.com/ackflow/ackflow/topology.(*Counters)", "github.com/ackflow/ackflow/topology.(*State)", "github.com/ackflow/ackflow/topology.KeyGroup"}},
+	{"keyed state (counters by key group)", []string{"github.com/ackflow/ackflow/topology.(*Counters)", "github.com/ackflow/ackflow/topology.(*State)", "github.com/ackflow/ackflow/topology.KeyGroup", "github.com/ackflow/ackflow/topology.inline"}},
 	{"routing, value checks and batching", []string{"github.com/ackflow/ackflow/workers.targets", "github.com/ackflow/ackflow/workers.pick", "github.com/ackflow/ackflow/workers.(*outbox)", "github.com/ackflow/ackflow/topology.Hash",
 		"github.com/ackflow/ackflow/topology.ChildID", "github.com/ackflow/ackflow/topology.mix", "github.com/ackflow/ackflow/workers.(*boltExec).emit", "github.com/ackflow/ackflow/workers.(*base).check",
 		"github.com/ackflow/ackflow/topology.NormalizeValues", "github.com/ackflow/ackflow/topology.normalize"}},
