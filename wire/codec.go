@@ -50,10 +50,10 @@ const (
 // The fewest bytes an item can take. A count that claims more items than the
 // remaining bytes could hold is refused before anything is allocated for it.
 const (
-	minRecordSize = 8 + 1 + 1 + 1         // ID, flags, two counts
-	minAckSize    = 1 + 8 + 8 + 1 + 1     // type, tree, value, task, error length
-	minNoticeSize = 1 + 8 + 1 + 1         // type, tree, task, error length
-	minLinkSize   = 1 + 1 + 1 + 1         // type, epoch, sequence, count
+	minRecordSize = 8 + 1 + 1 + 1     // ID, flags, two counts
+	minAckSize    = 1 + 8 + 8 + 1 + 1 // type, tree, value, task, error length
+	minNoticeSize = 1 + 8 + 1 + 1     // type, tree, task, error length
+	minLinkSize   = 1 + 1 + 1 + 1     // type, epoch, sequence, count
 	anchorSize    = 8 + 8
 	minEntrySize  = 1 + 1 // map entry: key length, value tag
 )

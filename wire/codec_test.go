@@ -340,7 +340,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"unknown record flags", hdr(KindData, 1, 1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0), ErrCorrupt, "record 0: unknown record flags 0x08"},
 		{"first record with the previous stream", hdr(KindData, 1, 1, 0, 0, 0, 0, 0, 0, 0, sameEpoch|sameSrc|sameStream, 0, 0), ErrCorrupt,
 			"record 0: the first record says it has the previous record's stream"},
-		{"no record flags", hdr(KindData, 2, 1, 0, 0, 0, 0, 0, 0, 0, sameEpoch | sameSrc, 0, 0, 1, tagString, 2, 'a', 'b', 2, 0, 0, 0, 0, 0, 0, 0),
+		{"no record flags", hdr(KindData, 2, 1, 0, 0, 0, 0, 0, 0, 0, sameEpoch|sameSrc, 0, 0, 1, tagString, 2, 'a', 'b', 2, 0, 0, 0, 0, 0, 0, 0),
 			ErrShort, "record 1: record flags"},
 		{"task beyond int32", ack(AckAck, beyondInt32, []byte{0}), ErrCorrupt, "ack 0: task 2147483648 does not fit in 32 bits"},
 		{"unknown ack type", ack(0, []byte{0}, []byte{0}), ErrCorrupt, "unknown ack type 0"},
