@@ -53,8 +53,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "\nrecovery at 50%% of the dedup peak, 3 workers: %d crashes; every tree complete after %s ms; throughput back to 90%% after %s; %d words lost\n",
 		rc.Crashes, floats(rc.TreesCompleteMs), endedFirst(floats(rc.Throughput90Ms), rc.EndedFirst), rc.Lost)
 	ls := r.Loss
-	fmt.Fprintf(w, "\nlost frames: word count of %d random lines, 3 workers, 30 s message timeout: %.2f s clean, %.2f s with %s (%.1fx); %d frames dropped, %d resent, %d trees timed out, %d words lost, %d duplicated\n",
-		ls.Lines, ls.CleanSeconds, ls.LossySeconds, ls.Chaos, ls.Ratio, ls.FramesDropped, ls.Resent, ls.TimedOut, ls.Lost, ls.Duplicated)
+	fmt.Fprintf(w, "\nlost frames: word count of %d random lines, 3 workers, 30 s message timeout, median of %d runs each: %.2f s clean, %.2f s with %s (%.1fx; runs %s and %s s); in all, %d frames dropped, %d resent, %d trees timed out, %d words lost, %d duplicated\n",
+		ls.Lines, len(ls.LossyRuns), ls.CleanSeconds, ls.LossySeconds, ls.Chaos, ls.Ratio, fixed2(ls.CleanRuns), fixed2(ls.LossyRuns), ls.FramesDropped, ls.Resent, ls.TimedOut, ls.Lost, ls.Duplicated)
 	ck := r.Checkpoints
 	fmt.Fprintf(w, "\ncheckpoints (exactly-once at 50%% of the dedup peak, every %.0f ms): %d taken; spouts paused p50 %.2f ms, max %.2f ms; %d bytes each; %d words lost\n",
 		ck.IntervalMs, ck.Taken, ck.PauseP50Ms, ck.PauseMaxMs, ck.Bytes, ck.Lost)
@@ -113,13 +113,18 @@ func optional(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
-func floats(vs []float64) string {
+// floats lists whole numbers (milliseconds), fixed2 numbers with two
+// decimals (seconds).
+func floats(vs []float64) string { return list(vs, "%.0f") }
+func fixed2(vs []float64) string { return list(vs, "%.2f") }
+
+func list(vs []float64, format string) string {
 	if len(vs) == 0 {
 		return "-"
 	}
 	parts := make([]string, len(vs))
 	for i, v := range vs {
-		parts[i] = fmt.Sprintf("%.0f", v)
+		parts[i] = fmt.Sprintf(format, v)
 	}
 	return strings.Join(parts, ", ")
 }

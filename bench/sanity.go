@@ -11,7 +11,8 @@ import (
 // after an unsigned underflow), percentiles out of order, a row whose rate
 // does not match its records and seconds, a memory figure larger than the
 // heap the process ever had, a CPU breakdown whose parts do not add up, a
-// host stall longer than the time measured.
+// host stall longer than the time measured, a median or ratio that is not
+// the median or ratio of its figures.
 // An empty list means every figure is possible, not that it is right.
 // `ackflow bench` refuses to print a report with any.
 func (r *Report) Impossible() []string {
@@ -37,6 +38,12 @@ func (r *Report) Impossible() []string {
 	}
 	if l := r.Latency; len(l.P99RunsMs) > 0 && l.P99Ms != median(l.P99RunsMs) {
 		add("latency p99 %.2f ms is not the median of its runs %v", l.P99Ms, l.P99RunsMs)
+	}
+	if l := r.Loss; len(l.LossyRuns) > 0 && (l.LossySeconds != median(l.LossyRuns) || l.CleanSeconds != median(l.CleanRuns)) {
+		add("loss row: %.3f s clean and %.3f s lossy are not the medians of the clean runs %v and the lossy runs %v", l.CleanSeconds, l.LossySeconds, l.CleanRuns, l.LossyRuns)
+	}
+	if l := r.Loss; l.CleanSeconds > 0 && math.Abs(l.Ratio-l.LossySeconds/l.CleanSeconds) > 1e-9*l.Ratio {
+		add("loss ratio %.2f is not %.3f s lossy over %.3f s clean", l.Ratio, l.LossySeconds, l.CleanSeconds)
 	}
 	if h := r.Latency.HostStalls; h.LongestMs > h.Seconds*1000 || h.LostShare > 1 || h.PerSec > 1000 {
 		add("host stalls: the longest %.1f ms, %.2f of the time lost and %.0f a second over 1 ms, in %.1f s of spinning", h.LongestMs, h.LostShare, h.PerSec, h.Seconds)

@@ -12,6 +12,7 @@ func saneReport() *Report {
 	return &Report{
 		Rows: []Row{{Name: "plain-go", RecordsPerSec: 1e7, Records: 1e7, Seconds: 1, VsPlainGo: 1},
 			{Name: "at-least-once", RecordsPerSec: 2e6, Records: 1e6, Seconds: 0.5, VsPlainGo: 0.2}},
+		Loss: LossRecovery{Lines: 20000, CleanSeconds: 0.08, LossySeconds: 0.2, CleanRuns: []float64{0.09, 0.08, 0.08}, LossyRuns: []float64{0.2, 0.3, 0.18}, Ratio: 2.5},
 		Latency: Latency{LoadRecordsPerSec: 1e6, P50Ms: 0.5, P99Ms: 4, P999Ms: 9, P99RunsMs: []float64{7, 3.5, 4},
 			HostStalls: Stalls{Seconds: 2, PerSec: 1.5, LongestMs: 7.5, LostShare: 0.004}},
 		Recovery: Recovery{Crashes: 2, TreesCompleteMs: []float64{400}, Throughput90Ms: []float64{450}, EndedFirst: 1},
@@ -41,6 +42,8 @@ func TestImpossibleFigures(t *testing.T) {
 		{"rate not records/seconds", "row at-least-once: 3000000 records/s", func(r *Report) { r.Rows[1].RecordsPerSec = 3e6 }},
 		{"percentiles out of order", "percentiles out of order", func(r *Report) { r.Latency.P50Ms = 5 }},
 		{"p99 not the median of its runs", "not the median of its runs", func(r *Report) { r.Latency.P99RunsMs[2] = 3.6 }},
+		{"lossy time not the median of its runs", "lossy runs", func(r *Report) { r.Loss.LossyRuns[0] = 0.5 }},
+		{"loss ratio not lossy over clean", "loss ratio 3.00", func(r *Report) { r.Loss.Ratio = 3 }},
 		{"bytes per tree beyond the heap (an unsigned underflow)", "acker bytes per pending tree: 92233720368338.5", func(r *Report) { r.Memory.AckerBytesPerTree = 92233720368338.5 }},
 		{"log bytes beyond the heap", "output log bytes per entry", func(r *Report) { r.Memory.LogBytesPerEntry = 1 << 20 }},
 		{"dedup under a bit", "bits per ID", func(r *Report) { r.Memory.DedupBitsPerID = 0.5 }},
