@@ -18,7 +18,7 @@ type base struct {
 	r         *run
 	out       *outbox
 	cnt       *taskCounters
-	rng       *rand.Rand
+	rng       *rand.PCG // concrete, not a *rand.Rand: no interface call per edge
 	tc        topology.TaskContext
 	outs      map[string]*streamOut
 	lastOut   *streamOut // the stream of the last emit, found without the map
@@ -59,7 +59,7 @@ func newBase(ctx context.Context, t *task) base {
 		task:  t,
 		r:     r,
 		out:   newOutbox(ctx, t.w, t.info.id),
-		rng:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		rng:   rand.NewPCG(rand.Uint64(), rand.Uint64()),
 		track: track,
 		ff:    newFrameFilter(len(r.plan.tasks), t.w.incarnation, track, t.w.knownEpoch),
 	}
