@@ -86,3 +86,47 @@ func TestPendingWindowCountsOnlyHeldTime(t *testing.T) {
 		t.Fatalf("window of bound 1: %+v", one)
 	}
 }
+
+// TestPendingWindowStartsFast: in slow start the window is resized every
+// startPeriod, so a spout held from its first record has the whole bound
+// after three short periods; slow start ends at the first period that
+// did not hold the spout more than half the time, or at the bound, and
+// then only whole periods resize it. A spout that is not held leaves slow
+// start at once with the smallest window.
+func TestPendingWindowStartsFast(t *testing.T) {
+	t0 := time.Now()
+	w := newPendingWindow(4096, t0)
+	at := t0
+	step := func(d time.Duration, share float64) {
+		w.held += time.Duration(share * float64(d))
+		at = at.Add(d)
+		w.resize(at)
+	}
+	for i, want := range []int{1024, 2048, 4096} {
+		step(startPeriod, 0.8)
+		if w.size != want {
+			t.Fatalf("after %d short periods held 80%% of the time: size %d, want %d", i+1, w.size, want)
+		}
+	}
+	if w.starting {
+		t.Fatal("still in slow start at the bound")
+	}
+	step(startPeriod, 0.05)
+	if w.size != 4096 {
+		t.Fatalf("after slow start a short period resized the window to %d", w.size)
+	}
+
+	w, at = newPendingWindow(4096, t0), t0
+	step(startPeriod, 0.3)
+	if w.size != 512 || w.starting {
+		t.Fatalf("a spout held 30%% of its first short period: size %d, slow start %v; want 512 and over", w.size, w.starting)
+	}
+	step(startPeriod, 1)
+	if w.size != 512 || w.held != startPeriod { // the period goes on
+		t.Fatalf("after slow start a short period held throughout resized the window to %d", w.size)
+	}
+	step(windowPeriod-startPeriod, 1)
+	if w.size != 1024 {
+		t.Fatalf("a whole period held throughout: size %d, want 1024", w.size)
+	}
+}
