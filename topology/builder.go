@@ -36,6 +36,9 @@ type Component struct {
 	// InputsReused: the runtime may reuse an input's Tuple once Execute
 	// returned with the input acked or failed (ReuseInputs).
 	InputsReused bool
+	// ZeroCopy: input strings may share the bytes of the NATS message
+	// they came in (ZeroCopyInputs).
+	ZeroCopy bool
 }
 
 // Subscription is a bolt's input: a stream of another component and how it
@@ -189,6 +192,25 @@ func (c *Component) ReuseInputs() *Component {
 		c.b.errs = append(c.b.errs, fmt.Errorf("spout %q has no inputs to reuse; ReuseInputs is for bolts", c.Name))
 	}
 	c.InputsReused = true
+	return c
+}
+
+// ZeroCopyInputs lets the runtime give the bolt input strings that share
+// the bytes of the NATS message their record came in, instead of a copy
+// of each: the decoder then allocates one array of string headers per
+// frame instead of one object per string (word count with dedup took 7%
+// less CPU per record with it). It is a promise about memory, not
+// correctness, since nothing ever changes those bytes: a string the bolt
+// keeps after Execute keeps the whole message alive, up to a MiB. Choose
+// it for a bolt that keeps no input string, or copies (strings.Clone)
+// what it keeps; keyed state (Counters, Map) copies its keys. Records from
+// a task in the same worker are never encoded, and share the emitter's
+// strings either way.
+func (c *Component) ZeroCopyInputs() *Component {
+	if c.IsSpout() {
+		c.b.errs = append(c.b.errs, fmt.Errorf("spout %q has no inputs; ZeroCopyInputs is for bolts", c.Name))
+	}
+	c.ZeroCopy = true
 	return c
 }
 

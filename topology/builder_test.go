@@ -46,6 +46,10 @@ func TestBuildValidation(t *testing.T) {
 			b.Spout("s", spout, 1).Outputs("x").ReuseInputs()
 			b.Bolt("a", bolt, 1).Input("s", Shuffle()).ReuseInputs()
 		}, []string{`spout "s" has no inputs to reuse`}},
+		{"zero-copy inputs of a spout", func(b *Builder) {
+			b.Spout("s", spout, 1).Outputs("x").ZeroCopyInputs()
+			b.Bolt("a", bolt, 1).Input("s", Shuffle()).ZeroCopyInputs()
+		}, []string{`spout "s" has no inputs; ZeroCopyInputs is for bolts`}},
 		{"same stream subscribed twice", func(b *Builder) {
 			b.Spout("s", spout, 1).Outputs("x")
 			b.Bolt("a", bolt, 2).Input("s", Shuffle()).Input("s", All())

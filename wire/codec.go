@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/ackflow/ackflow/internal/strbox"
 )
@@ -415,7 +416,21 @@ func PeekHeader(data []byte) (Kind, int, error) {
 // hand-built Frame may share arrays, which decoding would overwrite. In a
 // new Frame, a record without anchors or values has nil slices.
 func DecodeFrame(data []byte, f *Frame) error {
-	d := decoder{data: data, item: -1, val: -1}
+	return decodeFrame(data, f, false)
+}
+
+// DecodeFrameInPlace is DecodeFrame for data that is never changed again
+// (a NATS message's payload, which the client gives its handler): string
+// values, at any depth, refer to data's bytes instead of copies, so that a
+// frame's strings cost one allocation of headers instead of one each. A
+// string value kept keeps all of data alive. Map keys, []byte values and
+// the errors of acks and notices are copied as DecodeFrame copies them.
+func DecodeFrameInPlace(data []byte, f *Frame) error {
+	return decodeFrame(data, f, true)
+}
+
+func decodeFrame(data []byte, f *Frame, inPlace bool) error {
+	d := decoder{data: data, item: -1, val: -1, inPlace: inPlace}
 	kind, n, err := d.header()
 	if err != nil {
 		f.clear()
@@ -500,6 +515,11 @@ type decoder struct {
 	// record.
 	anchors []Anchor
 	values  []any
+
+	// inPlace: string values share data's bytes (DecodeFrameInPlace),
+	// their headers carved from strs.
+	inPlace bool
+	strs    []string
 }
 
 func (d *decoder) header() (Kind, int, error) {
@@ -786,6 +806,28 @@ func (d *decoder) errTextSlow() string {
 	return string(b)
 }
 
+// sharedString returns b, a piece of the frame's data, as a string value
+// that refers to b's bytes: its header comes from a slab of the frame's
+// string headers, and nothing is copied.
+func (d *decoder) sharedString(b []byte) any {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(d.strs) == 0 {
+		// A string takes at least its tag and length byte, so the bytes
+		// left bound how many headers the frame can still need.
+		d.strs = make([]string, min(stringSlab, (len(d.data)-d.off)/2+1))
+	}
+	h := &d.strs[0]
+	*h = unsafe.String(&b[0], len(b))
+	d.strs = d.strs[1:]
+	return strbox.Ref(h)
+}
+
+// stringSlab is how many string headers one allocation of an in-place
+// decode holds: a word count frame's words in one or two.
+const stringSlab = 256
+
 // value decodes one value inside depth lists and maps.
 func (d *decoder) value(depth int) any {
 	tag := d.byte("value tag")
@@ -797,6 +839,9 @@ func (d *decoder) value(depth int) any {
 		b := d.bytes("string length")
 		if d.failed != 0 {
 			return nil
+		}
+		if d.inPlace {
+			return d.sharedString(b)
 		}
 		// Header and bytes in one allocation, not two (strbox.Copy):
 		// strings are most of the values a frame carries.

@@ -463,6 +463,69 @@ func TestDecodeCopies(t *testing.T) {
 	}
 }
 
+// TestDecodeInPlace: decoded in place, a frame equals the copied decode,
+// its string values (in lists and maps too) lie in the data's bytes, its
+// map keys and []byte values do not, and strings take one allocation of
+// headers for the frame, not one each.
+func TestDecodeInPlace(t *testing.T) {
+	b := mustEncode(t, richData())
+	var f Frame
+	if err := DecodeFrameInPlace(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&f, richData()) {
+		t.Fatalf("decoded in place %#v", f)
+	}
+	inData := func(p unsafe.Pointer) bool {
+		return uintptr(p) >= uintptr(unsafe.Pointer(&b[0])) && uintptr(p) < uintptr(unsafe.Pointer(&b[0]))+uintptr(len(b))
+	}
+	var shared, copied int
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case string:
+			if len(v) > 0 && !inData(unsafe.Pointer(unsafe.StringData(v))) {
+				t.Errorf("string %q is a copy", v)
+			}
+			shared++
+		case []byte:
+			if len(v) > 0 && inData(unsafe.Pointer(&v[0])) {
+				t.Errorf("[]byte %q shares the data", v)
+			}
+			copied++
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		case map[string]any:
+			for k, e := range v {
+				if len(k) > 0 && inData(unsafe.Pointer(unsafe.StringData(k))) {
+					t.Errorf("map key %q shares the data", k)
+				}
+				walk(e)
+			}
+		}
+	}
+	for _, r := range f.Records {
+		for _, v := range r.Values {
+			walk(v)
+		}
+	}
+	if shared < 10 || copied < 2 {
+		t.Fatalf("walked %d strings and %d byte strings; richData has more", shared, copied)
+	}
+	words := mustEncode(t, wordCount(200))
+	var g Frame
+	if err := DecodeFrameInPlace(words, &g); err != nil { // arrays for g
+		t.Fatal(err)
+	}
+	copies := testing.AllocsPerRun(20, func() { _ = DecodeFrame(words, &g) })
+	inPlace := testing.AllocsPerRun(20, func() { _ = DecodeFrameInPlace(words, &g) })
+	if inPlace > 3 || copies < 200 {
+		t.Fatalf("a frame of 200 words: %v allocations in place, %v copying; want at most 3 and at least 200", inPlace, copies)
+	}
+}
+
 // normalize maps empty slices to nil, the only difference a reused Frame
 // may show from a new one.
 func normalize(f *Frame) *Frame {

@@ -19,8 +19,15 @@ func FuzzDecodeFrame(f *testing.F) {
 		f.Add(garbage)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var got Frame
+		var got, inPlace Frame
 		err := DecodeFrame(data, &got)
+		// In place, the same frame or the same error.
+		if err2 := DecodeFrameInPlace(data, &inPlace); (err == nil) != (err2 == nil) || err != nil && err.Error() != err2.Error() {
+			t.Fatalf("DecodeFrame: %v; DecodeFrameInPlace: %v", err, err2)
+		}
+		if err == nil && !sameFrame(&got, &inPlace) {
+			t.Fatalf("decoded in place %#v, copied %#v", inPlace, got)
+		}
 		kind, n, perr := PeekHeader(data)
 		if err != nil {
 			if got.Kind != 0 || got.Len() != 0 {

@@ -230,7 +230,13 @@ func (w *Worker) onFrame(t *task, m *nats.Msg) {
 	case wire.KindNotice:
 		f.Notices = noticeSlabs.get(0)
 	}
-	if err := wire.DecodeFrame(m.Data, f); err != nil {
+	decode := wire.DecodeFrame
+	if t.info.comp != nil && t.info.comp.ZeroCopy {
+		// The payload is the handler's: the client copied it out of its
+		// read buffer, and nothing here changes it.
+		decode = wire.DecodeFrameInPlace
+	}
+	if err := decode(m.Data, f); err != nil {
 		r.recycle(f)
 		r.tc.badFrames.Add(1)
 		r.warn.Warn().Err(err).Str("subject", m.Subject).Msg("dropping a frame that does not decode")

@@ -112,11 +112,14 @@ func New(cfg Config) (*Job, error) {
 	return job.build(b, cfg)
 }
 
-// build adds the bolts behind the lines spout.
+// build adds the bolts behind the lines spout. Neither bolt keeps an
+// input or its strings past Execute (split's words go on downstream, and
+// Counters copy their keys), so both let the runtime reuse their tuples
+// and decode their strings in place (ReuseInputs, ZeroCopyInputs).
 func (job *Job) build(b *topology.Builder, cfg Config) (*Job, error) {
-	b.BasicBolt("split", func() topology.BasicBolt { return &SplitBolt{} }, cfg.Split).ReuseInputs().
+	b.BasicBolt("split", func() topology.BasicBolt { return &SplitBolt{} }, cfg.Split).ReuseInputs().ZeroCopyInputs().
 		Input("lines", topology.Shuffle()).Outputs("word")
-	count := b.BasicBolt("count", func() topology.BasicBolt { return &CountBolt{sink: job.Counts, updates: cfg.Updates != nil} }, cfg.Count).ReuseInputs().
+	count := b.BasicBolt("count", func() topology.BasicBolt { return &CountBolt{sink: job.Counts, updates: cfg.Updates != nil} }, cfg.Count).ReuseInputs().ZeroCopyInputs().
 		Input("split", topology.Fields("word")).KeyedState()
 	if cfg.Updates != nil {
 		count.Outputs("word", "count")
