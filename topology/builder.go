@@ -201,11 +201,13 @@ func (c *Component) ReuseInputs() *Component {
 // frame instead of one object per string (word count with dedup took 7%
 // less CPU per record with it). It is a promise about memory, not
 // correctness, since nothing ever changes those bytes: a string the bolt
-// keeps after Execute keeps the whole message alive, up to a MiB. Choose
-// it for a bolt that keeps no input string, or copies (strings.Clone)
-// what it keeps; keyed state (Counters, Map) copies its keys. Records from
-// a task in the same worker are never encoded, and share the emitter's
-// strings either way.
+// keeps after Execute keeps the whole message alive, up to a MiB, and so
+// does one it emits for as long as the runtime holds the output (until it
+// is sent, or, in a bolt with keyed state and dedup, until its tree
+// completes). Choose it for a bolt that keeps no input string, or copies
+// (strings.Clone) what it keeps; keyed state (Counters, Map) copies its
+// keys. Records from a task in the same worker are never encoded, and
+// share the emitter's strings either way.
 func (c *Component) ZeroCopyInputs() *Component {
 	if c.IsSpout() {
 		c.b.errs = append(c.b.errs, fmt.Errorf("spout %q has no inputs; ZeroCopyInputs is for bolts", c.Name))
