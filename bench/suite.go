@@ -648,7 +648,7 @@ func (s *suite) loss(ctx context.Context) error {
 	// A clean run takes about 0.1 s, and a lossy one about as long again
 	// plus what its slowest recovery waited: a NACK or a resend lost too
 	// (5% each) waits 20 ms more, then 40. One pair of runs gave a ratio
-	// from 1.5 to 4.2 in twenty tries; pairs are run loss.Runs times,
+	// from 1.5 to 4.2 in twenty tries; pairs are run lossRuns times,
 	// alternated, and the medians compared.
 	for range lossRuns {
 		for _, c := range []chaos.Config{{}, lossy} {

@@ -298,6 +298,11 @@ func (c *Counters) Range(fn func(key string, n int64) bool) {
 	}
 }
 
+// keys yields every key, as Range does.
+func (c *Counters) keys(yield func(string) bool) {
+	c.Range(func(k string, _ int64) bool { return yield(k) })
+}
+
 // appendEntry appends key and its count as a snapshot holds them.
 func (c *Counters) appendEntry(dst []byte, key string) []byte {
 	return binary.AppendVarint(appendString(dst, key), c.Get(key))

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"sort"
 	"strings"
 )
@@ -113,27 +115,21 @@ func (s *State) AppendSnapshot(dst []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(s.groups))
 	for _, name := range sortedKeys(s.counters) {
 		c := s.counters[name]
-		groups := make([][]string, s.groups)
-		c.Range(func(k string, _ int64) bool {
-			g := s.KeyGroup(k)
-			groups[g] = append(groups[g], k)
-			return true
-		})
-		dst = appendCollection(dst, kindCounters, name, groups, c.appendEntry)
+		dst = appendCollection(dst, kindCounters, name, byGroup(s, c.keys), c.appendEntry)
 	}
 	for _, name := range sortedKeys(s.maps) {
 		m := s.maps[name]
-		dst = appendCollection(dst, kindMap, name, byGroup(s, m.m), func(dst []byte, k string) []byte {
+		dst = appendCollection(dst, kindMap, name, byGroup(s, maps.Keys(m.m)), func(dst []byte, k string) []byte {
 			return appendString(appendString(dst, k), string(m.m[k]))
 		})
 	}
 	return dst
 }
 
-// byGroup returns the keys of m by key group.
-func byGroup[V any](s *State, m map[string]V) [][]string {
+// byGroup returns keys by key group.
+func byGroup(s *State, keys iter.Seq[string]) [][]string {
 	groups := make([][]string, s.groups)
-	for k := range m {
+	for k := range keys {
 		g := s.KeyGroup(k)
 		groups[g] = append(groups[g], k)
 	}
