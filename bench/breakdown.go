@@ -45,7 +45,7 @@ var parts = []struct {
 	prefixes []string
 }{
 	{"user code (split, count)", []string{"github.com/ackflow/ackflow/examples/wordcount."}},
-	{"dedup (Bloom filter, exact ring)", []string{"github.com/ackflow/ackflow/dedup.", "github.com/ackflow/ackflow/workers.(*boltExec).dispatch", "github.com/ackflow/ackflow/workers.(*boltExec).reemit"}},
+	{"dedup (Bloom filter, exact ring)", []string{"github.com/ackflow/ackflow/dedup.", "github.com/ackflow/ackflow/workers.(*boltExec).dispatch", "github.com/ackflow/ackflow/workers.(*boltExec).reemit", "github.com/ackflow/ackflow/workers.(*boltExec).prefetch"}},
 	{"acking (anchors, acker, completion)", []string{"github.com/ackflow/ackflow/acker.", "github.com/ackflow/ackflow/workers.(*boltExec).Ack", "github.com/ackflow/ackflow/workers.(*boltExec).anchorChild",
 		"github.com/ackflow/ackflow/workers.(*ackerExec)", "github.com/ackflow/ackflow/workers.(*spoutExec).complete", "github.com/ackflow/ackflow/workers.(*outbox).addAck", "github.com/ackflow/ackflow/workers.(*outbox).flushAcks"}},
 	{"output log (upstream backup)", []string{"github.com/ackflow/ackflow/upstreambackup."}},

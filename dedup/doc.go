@@ -89,7 +89,9 @@
 // bloom package's own Add and Test would hash it once per generation and
 // again to add it. Prefetch asks for an ID's line ahead of its Check, so
 // that a task that prefetches its next inputs waits for their cache misses
-// together rather than one after another.
+// together rather than one after another; PrefetchAll asks for several
+// IDs' lines in one call, which is how a bolt task asks, eight inputs at
+// a time.
 //
 // A Filter is not safe for concurrent use; the task's goroutine owns it.
 package dedup

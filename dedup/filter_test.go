@@ -603,8 +603,12 @@ func TestPrefetchChangesNothing(t *testing.T) {
 			id = ids[r.IntN(len(ids))] // a replay
 		}
 		ids = append(ids, id)
-		b.Prefetch(id)
-		b.Prefetch(r.Uint64())
+		if i%2 == 0 {
+			b.Prefetch(id)
+			b.Prefetch(r.Uint64())
+		} else {
+			b.PrefetchAll([]uint64{r.Uint64(), id, r.Uint64()})
+		}
 		logged := func(x uint64) bool { return x%5 == 0 }
 		if va, vb := a.Check(id, logged), b.Check(id, logged); va != vb {
 			t.Fatalf("check %d of %x: %v without prefetch, %v with", i, id, va, vb)
@@ -616,6 +620,47 @@ func TestPrefetchChangesNothing(t *testing.T) {
 	}
 	if sa, sb := a.Stats(), b.Stats(); sa != sb {
 		t.Fatalf("stats differ: %+v and %+v", sa, sb)
+	}
+}
+
+// TestSeenPairIsLocateAndProbe: the unrolled path of sub-blocks of two
+// words takes the same unit and bits as the general one, and answers the
+// same, for every number of rounds it takes (rates from high to low) and
+// for three and four generations, with the filter filling and rotating.
+func TestSeenPairIsLocateAndProbe(t *testing.T) {
+	rounds := map[int]bool{}
+	for _, gens := range []int{3, 4} {
+		for _, rate := range []float64{0.9, 0.6, 0.3, 0.1, 0.03, 0.01, 0.003, 0.00085, 0.0001} {
+			f, err := New(Config{Window: 3000, FPRate: rate, Generations: gens, Exact: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.pair {
+				continue // more rounds than one hash holds: the general path only
+			}
+			rounds[f.rounds] = true
+			r := rand.New(rand.NewPCG(uint64(gens), math.Float64bits(rate)))
+			for i := range 20_000 {
+				id := r.Uint64()
+				if i%4 == 0 {
+					id = uint64(i) // counters too
+				}
+				inNewest, maybe := f.seenPair(id)
+				base, mask := f.base, f.mask
+				f.locate(id)
+				wantNewest, wantMaybe := f.probe()
+				if base != f.base || mask != f.mask || inNewest != wantNewest || maybe != wantMaybe {
+					t.Fatalf("%d generations at %v (%d rounds), ID %x: seenPair gives unit word %d, bits %x, %v %v; locate and probe %d, %x, %v %v",
+						gens, rate, f.rounds, id, base, mask, inNewest, maybe, f.base, f.mask, wantNewest, wantMaybe)
+				}
+				f.Check(id, nil)
+			}
+		}
+	}
+	for r := 1; r <= 5; r++ {
+		if !rounds[r] {
+			t.Errorf("no config tried takes %d rounds; rounds tried: %v", r, rounds)
+		}
 	}
 }
 

@@ -205,12 +205,11 @@ func (b *boltExec) process(f *wire.Frame) {
 	}
 	if b.filter != nil {
 		// The filter's lines of the first inputs are requested at once,
-		// and processRecords asks for each next one prefetchAhead inputs
-		// before its check, so that their cache misses overlap instead of
-		// each input's check waiting for its own (dedup.Filter.Prefetch).
-		for i := range min(len(f.Records), prefetchAhead) {
-			b.prefetch(&f.Records[i])
-		}
+		// and processRecords asks for the next prefetchAhead inputs' lines
+		// each time it starts on prefetchAhead more, so that their cache
+		// misses overlap instead of each input's check waiting for its
+		// own (dedup.Filter.PrefetchAll).
+		b.prefetch(f, 0)
 	}
 	for i := 0; i < len(f.Records) || len(b.ready) > 0; {
 		i = b.processRecords(f, i)
@@ -229,19 +228,30 @@ func (b *boltExec) process(f *wire.Frame) {
 	b.r.recycle(f)
 }
 
-// prefetchAhead is how many inputs ahead of its check a task prefetches
-// an input's dedup lines. Until round twelve a task prefetched every input
-// of a frame before the first check: 1,536 lines for a full frame, more
-// than the core can have in flight or its first-level cache hold, and on
-// an AMD EPYC host a check after that cost more than one without any
-// prefetch (BenchmarkCheckNewPrefetched in package dedup: 59-63 ns a
-// check, 63-68 without, 53-56 eight ahead).
+// prefetchAhead is how many inputs' dedup lines a task asks for at a
+// time, between 8 and 15 inputs ahead of their checks. Until round twelve
+// a task prefetched every input of a frame before the first check: 1,536
+// lines for a full frame, more than the core can have in flight or its
+// first-level cache hold, and on an AMD EPYC host a check after that cost
+// more than one without any prefetch (BenchmarkCheckNewPrefetched in
+// package dedup: 59-63 ns a check, 63-68 without, 53-56 eight ahead).
+// Until round nineteen each input's line was asked for on its own, 8
+// inputs ahead; the call per input cost about what a batch saves.
 const prefetchAhead = 8
 
-// prefetch asks for the dedup lines of a tracked input.
-func (b *boltExec) prefetch(rec *wire.Record) {
-	if len(rec.Anchors) > 0 {
-		b.filter.Prefetch(rec.ID)
+// prefetch asks for the dedup lines of the tracked inputs among the
+// prefetchAhead records of f from i on.
+func (b *boltExec) prefetch(f *wire.Frame, i int) {
+	var ids [prefetchAhead]uint64
+	n := 0
+	for j := i; j < min(i+prefetchAhead, len(f.Records)); j++ {
+		if rec := &f.Records[j]; len(rec.Anchors) > 0 {
+			ids[n] = rec.ID
+			n++
+		}
+	}
+	if n > 0 {
+		b.filter.PrefetchAll(ids[:n])
 	}
 }
 
@@ -272,8 +282,8 @@ func (b *boltExec) processRecords(f *wire.Frame, i int) (next int) {
 	for ; i < len(f.Records); i++ {
 		rec := &f.Records[i]
 		next = i + 1
-		if b.filter != nil && i+prefetchAhead < len(f.Records) {
-			b.prefetch(&f.Records[i+prefetchAhead])
+		if b.filter != nil && i%prefetchAhead == 0 && i+prefetchAhead < len(f.Records) {
+			b.prefetch(f, i+prefetchAhead)
 		}
 		schema := b.subscribed(rec)
 		if schema == nil {
