@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"unsafe"
 
 	"github.com/bits-and-blooms/bloom/v3"
 )
@@ -365,9 +366,9 @@ func (f *Filter) Stats() Stats {
 // in turn.
 func (f *Filter) Prefetch(id uint64) {
 	base := f.unitOf(id) * uint64(f.unit)
-	prefetch(&f.words[base])
+	prefetch(unsafe.Pointer(&f.words[base]))
 	if last := base + uint64(f.unit) - 1; last/lineWords != base/lineWords {
-		prefetch(&f.words[last]) // a unit that spans two lines
+		prefetch(unsafe.Pointer(&f.words[last])) // a unit that spans two lines
 	}
 }
 

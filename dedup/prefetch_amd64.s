@@ -1,6 +1,6 @@
 #include "textflag.h"
 
-// func prefetch(p *uint64)
+// func prefetch(p unsafe.Pointer)
 TEXT ·prefetch(SB), NOSPLIT, $0-8
 	MOVQ p+0(FP), AX
 	PREFETCHT0 (AX)

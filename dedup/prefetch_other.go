@@ -2,8 +2,10 @@
 
 package dedup
 
+import "unsafe"
+
 // prefetch does nothing where no prefetch instruction is wired up; the
 // Check that follows reads the line itself.
-func prefetch(*uint64) {}
+func prefetch(unsafe.Pointer) {}
 
 func prefetchAt(*uint64, *uint64, int) {}
