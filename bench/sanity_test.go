@@ -5,6 +5,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ackflow/ackflow/workers"
 )
 
 // saneReport is a report whose every figure is possible.
@@ -67,8 +70,38 @@ func TestImpossibleFigures(t *testing.T) {
 // TestBackToWithoutRecovery: a crash after which the rate never came back
 // (the input ran out) is not a figure: it is counted apart.
 func TestBackToWithoutRecovery(t *testing.T) {
-	if d, ok := backTo(nil, 0, 1); ok || d != 0 {
+	if d, ok := backTo(nil, 0, progressEvery, 1); ok || d != 0 {
 		t.Fatalf("backTo with no samples = %v, %v", d, ok)
+	}
+}
+
+// TestBackToCountsWholeSamples: the sample that straddles the crash is
+// mostly the rate before it and does not count; the recovery ends with
+// the first sample wholly after the crash that is back at the target,
+// which for a crash that did not dent the rate is the first whole one.
+func TestBackToCountsWholeSamples(t *testing.T) {
+	const crash = 1000 * time.Millisecond
+	samples := func(rates ...float64) []workers.Progress {
+		var ps []workers.Progress
+		for i, r := range rates {
+			ps = append(ps, workers.Progress{Elapsed: time.Duration(908+100*i) * time.Millisecond, RecordsPerSec: r})
+		}
+		return ps
+	}
+	for _, c := range []struct {
+		name  string
+		rates []float64 // samples ending at 908, 1008, 1108, ... ms
+		want  float64
+		ok    bool
+	}{
+		{"dip", []float64{100, 100, 40, 50, 95, 100}, 308, true},
+		{"no dip", []float64{100, 100, 100, 100}, 108, true},
+		{"never back", []float64{100, 100, 10, 20}, 0, false},
+	} {
+		d, ok := backTo(samples(c.rates...), crash, progressEvery, 90)
+		if d != c.want || ok != c.ok {
+			t.Errorf("%s: backTo = %v ms, %v; want %v, %v", c.name, d, ok, c.want, c.ok)
+		}
 	}
 }
 
