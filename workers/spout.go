@@ -101,6 +101,7 @@ type spoutExec struct {
 	paused       *spoutPause   // a checkpoint in progress: no new roots
 	localAckers  []int         // indices into plan.ackers of the ackers in this worker (localAckers)
 	anchors      []wire.Anchor // slab the roots' anchors are carved from
+	roots        []pendingRoot // slab new roots' bookkeeping is carved from (rootSlab)
 	now          time.Time     // clock's reading, and how many more roots it serves
 	nowUses      int
 }
@@ -667,7 +668,13 @@ func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.V
 	}
 	s.out.addAck(s.r.plan.ackerFor(tree), wire.AckMsg{Type: wire.AckInit, Tree: tree, Val: xor, Task: int32(s.info.id)})
 	if p == nil {
-		p = &pendingRoot{id: id, recordID: rec.ID, stream: stream, values: values, bytes: int64(memSize(size, len(values))), direct: int32(direct)}
+		if len(s.roots) == 0 {
+			s.roots = make([]pendingRoot, rootSlab)
+		}
+		p = &s.roots[0]
+		s.roots = s.roots[1:]
+		p.id, p.recordID, p.stream, p.values = id, rec.ID, stream, values
+		p.bytes, p.direct = int64(memSize(size, len(values))), int32(direct)
 	}
 	p.attempts++
 	p.start = s.clock()
@@ -676,6 +683,13 @@ func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.V
 	s.pendingBytes += p.bytes
 	return nil
 }
+
+// rootSlab is how many roots' pendingRoots one allocation holds: the
+// allocation per root was a sixth of the objects word count allocated.
+// A slab lives as long as the last of its roots is remembered, so a root
+// that waits long (replays, a crash) keeps up to 2 KiB alive instead of
+// its own 128 bytes; the pending bound bounds that.
+const rootSlab = 16
 
 // newTree draws the random ID of a new tree (Storm's tree ID, one per
 // attempt), such that its acker (plan.ackerFor: the ID modulo the ackers)
