@@ -392,3 +392,32 @@ func BenchmarkFileNext(b *testing.B) {
 		s.Close()
 	}
 }
+
+// TestFileValuesAreTheirOwn: the lines' Values are carved from a shared
+// slab, and each must still behave as its own slice: one value, no room
+// to append into the next line's, and a change to one leaves the next
+// as it was.
+func TestFileValuesAreTheirOwn(t *testing.T) {
+	content := randomContent(700, 20, 7) // more lines than a slab holds
+	path := writeFile(t, content)
+	var out collector
+	s := sources.NewFile(sources.FileConfig{Path: path, MaxLine: 20})
+	open(t, s, taskContext(0, 1, "at-least-once"), &out)
+	drain(t, s)
+	checkClose(t, s)
+	if len(out.recs) < 600 {
+		t.Fatalf("read %d records; the test wants more than a slab of values", len(out.recs))
+	}
+	for i := range out.recs[:len(out.recs)-1] {
+		v, next := out.recs[i].Values, out.recs[i+1].Values
+		if len(v) != 1 {
+			t.Fatalf("record %d has %d values, want 1", i, len(v))
+		}
+		before := next[0]
+		_ = append(v, "appended")
+		v[0] = "changed"
+		if next[0] != before {
+			t.Fatalf("record %d's value became %q after an append to record %d and a change of its value", i+1, next[0], i)
+		}
+	}
+}
