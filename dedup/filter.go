@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/bits"
 	"sync"
-	"unsafe"
 
 	"github.com/bits-and-blooms/bloom/v3"
 )
@@ -364,13 +363,7 @@ func (f *Filter) Stats() Stats {
 // waits for its unit, and a filter of megabytes misses the cache; issued
 // ahead, the reads of several IDs overlap instead of each Check waiting
 // in turn.
-func (f *Filter) Prefetch(id uint64) {
-	base := f.unitOf(id) * uint64(f.unit)
-	prefetch(unsafe.Pointer(&f.words[base]))
-	if last := base + uint64(f.unit) - 1; last/lineWords != base/lineWords {
-		prefetch(unsafe.Pointer(&f.words[last])) // a unit that spans two lines
-	}
-}
+func (f *Filter) Prefetch(id uint64) { f.PrefetchAll([]uint64{id}) }
 
 // PrefetchAll is Prefetch of each of ids, at most PrefetchBatch of them,
 // for the price of one call to the prefetch instruction's routine.
@@ -382,7 +375,7 @@ func (f *Filter) PrefetchAll(ids []uint64) {
 		at[n] = base
 		n++
 		if last := base + uint64(f.unit) - 1; last/lineWords != base/lineWords {
-			at[n] = last
+			at[n] = last // a unit that spans two lines
 			n++
 		}
 	}
