@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"syscall"
 	"testing"
@@ -82,6 +83,33 @@ func asTheBinary(b *testing.B) {
 		b.Logf("the heap goes on with 4 KiB pages: %v", err)
 	}
 	b.Cleanup(func() { huge.Stop(); floor.Stop(); debug.SetGCPercent(gc) })
+}
+
+// schedHist is the runtime's histogram of the time goroutines spent
+// runnable before they ran (/sched/latencies:seconds).
+type schedHist struct{ *metrics.Float64Histogram }
+
+func schedLatencies() schedHist {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	return schedHist{s[0].Value.Float64Histogram()}
+}
+
+// quantile is the q quantile of what h counted since before, in seconds:
+// the upper bound of the bucket it falls in.
+func (h schedHist) quantile(before schedHist, q float64) float64 {
+	var total uint64
+	for i := range h.Counts {
+		total += h.Counts[i] - before.Counts[i]
+	}
+	var seen uint64
+	for i := range h.Counts {
+		seen += h.Counts[i] - before.Counts[i]
+		if total > 0 && float64(seen) >= q*float64(total) {
+			return h.Buckets[i+1]
+		}
+	}
+	return 0
 }
 
 // processCPU is the CPU time this process has used, user and system.
@@ -168,6 +196,7 @@ func BenchmarkPacedCores(b *testing.B) {
 		b.Run(fmt.Sprintf("lines=%.0f", lps), func(b *testing.B) {
 			var cores, p50, p99, msgs float64
 			var p99s []float64
+			sched0 := schedLatencies()
 			for b.Loop() {
 				cpu0 := processCPU()
 				sum, lostWords, err := s.wordCount(context.Background(), wordcount.Config{LinesPerSec: lps}, func(c *workers.Config) { c.Guarantee, c.NoDedup = workers.AtLeastOnce, true })
@@ -191,6 +220,12 @@ func BenchmarkPacedCores(b *testing.B) {
 			// The worst run's p99 is set by one slow spell of the host; the
 			// median of several runs is what two builds are compared by.
 			b.ReportMetric(median(p99s), "p99-median-ms")
+			// How long goroutines waited for a processor, over all runs:
+			// a tree crosses several such waits (docs/performance.md,
+			// round nineteen).
+			sched := schedLatencies()
+			b.ReportMetric(sched.quantile(sched0, 0.99)*1e6, "sched-p99-us")
+			b.ReportMetric(sched.quantile(sched0, 0.999)*1e6, "sched-p999-us")
 		})
 	}
 }
