@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"github.com/nats-io/nats.go"
 	"testing"
 
 	"github.com/ackflow/ackflow/embednats"
@@ -14,7 +15,7 @@ func TestMetricsCost(t *testing.T) {
 	noLeaks(t)
 	srv := startNATS(t, embednats.Config{NoJetStream: true})
 	dir := t.TempDir()
-	s := &suite{url: srv.URL(), dir: dir, rep: &Report{}}
+	s := &suite{url: srv.URL(), opts: []nats.Option{srv.InProcess()}, dir: dir, rep: &Report{}}
 	// Enough copies of the text for each run to last a few scrapes.
 	copies := 4
 	if raceEnabled {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"sync/atomic"
 
 	"github.com/ackflow/ackflow/sources"
@@ -12,7 +13,7 @@ import (
 
 // payloadRun moves n records of size bytes through spout -> pass -> sink
 // at-least-once and reports the rate; it fails if a record goes missing.
-func payloadRun(ctx context.Context, url string, n, size int) (ScaleRow, error) {
+func payloadRun(ctx context.Context, url string, opts []nats.Option, n, size int) (ScaleRow, error) {
 	var received atomic.Int64
 	payload := make([]byte, size)
 	for i := range payload {
@@ -27,7 +28,7 @@ func payloadRun(ctx context.Context, url string, n, size int) (ScaleRow, error) 
 		return ScaleRow{}, err
 	}
 	cfg := config()
-	cfg.NATSURL = url
+	cfg.NATSURL, cfg.NATSOptions = url, opts
 	cfg.Guarantee = workers.AtLeastOnce
 	sum, err := workers.RunLocal(ctx, topo, cfg)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"io"
 	"os"
 	"path/filepath"
@@ -200,8 +201,15 @@ func (r *Report) Row(name string) *Row {
 }
 
 type suite struct {
-	cfg    SuiteConfig
-	url    string
+	cfg SuiteConfig
+	url string
+	// opts connect ackflow's runs to the suite's server through memory
+	// (embednats.Server.InProcess), as a local run does with its own
+	// server. The baselines (raw NATS, the JetStream chain) and
+	// cluster-3-processes connect over loopback TCP: raw NATS moved fewer
+	// small messages through memory (0.76 million/s against 1.2-1.5 over
+	// TCP, docs/performance.md round twenty), so TCP is its best.
+	opts   []nats.Option
 	dir    string
 	input  string // path of the word count input
 	lines  int    // how many lines the input has
@@ -223,7 +231,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	s := &suite{cfg: cfg, url: srv.URL(), dir: dir, rep: &Report{Machine: machine(), Profile: "full"}}
+	s := &suite{cfg: cfg, url: srv.URL(), opts: []nats.Option{srv.InProcess()}, dir: dir, rep: &Report{Machine: machine(), Profile: "full"}}
 	if cfg.Quick {
 		s.rep.Profile = "quick"
 	}
@@ -390,7 +398,7 @@ func (s *suite) wordCount(ctx context.Context, wc wordcount.Config, edit func(*w
 		return nil, 0, err
 	}
 	cfg := config()
-	cfg.NATSURL = s.url
+	cfg.NATSURL, cfg.NATSOptions = s.url, s.opts
 	cfg.Workers = 2
 	edit(&cfg)
 	sum, err := workers.RunLocal(ctx, job.Topology, cfg)
@@ -537,7 +545,7 @@ func (s *suite) recordSizes(ctx context.Context) error {
 		return min(200_000, budget/size)
 	}
 	for _, size := range []int{16, 64, 256, 1024} {
-		res, err := payloadRun(ctx, s.url, count(size), size)
+		res, err := payloadRun(ctx, s.url, s.opts, count(size), size)
 		if err != nil {
 			return err
 		}
@@ -552,7 +560,7 @@ func (s *suite) recordSizes(ctx context.Context) error {
 	const large, rounds = 4096, 3
 	var best ScaleRow
 	for range rounds {
-		res, err := payloadRun(ctx, s.url, count(large), large)
+		res, err := payloadRun(ctx, s.url, s.opts, count(large), large)
 		if err != nil {
 			return err
 		}
@@ -660,7 +668,7 @@ func (s *suite) loss(ctx context.Context) error {
 				return err
 			}
 			cfg := config()
-			cfg.NATSURL, cfg.Workers, cfg.Chaos = s.url, 3, c
+			cfg.NATSURL, cfg.NATSOptions, cfg.Workers, cfg.Chaos = s.url, s.opts, 3, c
 			sum, err := workers.RunLocal(ctx, job.Topology, cfg)
 			if err != nil {
 				return fmt.Errorf("bench: loss recovery run (chaos %q): %w", c, err)

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
@@ -162,7 +163,7 @@ func benchSuite(b *testing.B) *suite {
 		b.Fatal(err)
 	}
 	b.Cleanup(srv.Shutdown)
-	s := &suite{dir: b.TempDir(), rep: &Report{}, url: srv.URL()}
+	s := &suite{dir: b.TempDir(), rep: &Report{}, url: srv.URL(), opts: []nats.Option{srv.InProcess()}}
 	copies := 8
 	if v := os.Getenv("ACKFLOW_BENCH_COPIES"); v != "" {
 		n, err := strconv.Atoi(v)

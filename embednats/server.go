@@ -1,6 +1,7 @@
 package embednats
 
 import (
+	"github.com/nats-io/nats.go"
 	"errors"
 	"fmt"
 	"net"
@@ -136,6 +137,13 @@ func secure(opts *server.Options, cfg Config) error {
 
 // URL is the client URL, e.g. nats://127.0.0.1:4222.
 func (s *Server) URL() string { return s.ns.ClientURL() }
+
+// InProcess is the option that connects a client of this process to the
+// server through memory (nats.InProcessServer) instead of a TCP socket on
+// loopback: the same protocol and server, without the kernel's socket
+// copies, the system calls and the wake-ups of Go's network poller that
+// every message otherwise costs on both sides.
+func (s *Server) InProcess() nats.Option { return nats.InProcessServer(s.ns) }
 
 // Shutdown stops the server, waits for it, and removes a temporary store.
 func (s *Server) Shutdown() {

@@ -79,12 +79,13 @@ const inClusterQuiet = 100 * time.Millisecond
 // runInProcessCluster runs topo, whose tasks under cfg are refs.
 func runInProcessCluster(ctx context.Context, topo *topology.Topology, cfg Config, refs []TaskRef) (*Summary, error) {
 	c := &inCluster{topo: topo, cfg: cfg, rt: cfg, fig: newFigures(), refs: refs, nodes: map[string]*inNode{}, starts: map[string]uint64{}, seen: map[string]time.Time{}, nodeErrs: make(chan error, cfg.Workers)}
-	url, shutdown, err := natsFor(cfg)
+	url, opts, shutdown, err := natsFor(cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer shutdown()
 	c.url = url
+	c.cfg.NATSOptions, c.rt.NATSOptions = opts, opts
 	timing := cluster.MembersConfig{HeartbeatEvery: cfg.HeartbeatEvery, DeadAfter: cfg.DeadAfter}
 	if c.memory, err = cluster.NewMemoryCluster(timing); err != nil {
 		return nil, fmt.Errorf("workers: %w", err)
