@@ -6,7 +6,8 @@
 //
 // RunLocal runs a whole topology in one process: an embedded NATS server and
 // N logical workers, each with its own NATS connection, so records really
-// cross NATS. A bounded run (spouts that return topology.ErrExhausted) ends
+// cross NATS (through memory rather than loopback TCP when the run starts
+// its own server: embednats.Server.InProcess). A bounded run (spouts that return topology.ErrExhausted) ends
 // when every spout is exhausted and everything in flight is processed.
 // Local mode is cluster mode in one process, not a second runtime (below).
 //
