@@ -1,7 +1,6 @@
 package embednats
 
 import (
-	"github.com/nats-io/nats.go"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // Config describes an embedded server. The zero value is a loopback server on
