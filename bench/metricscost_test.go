@@ -2,10 +2,10 @@ package bench
 
 import (
 	"context"
-	"github.com/nats-io/nats.go"
 	"testing"
 
 	"github.com/ackflow/ackflow/embednats"
+	"github.com/nats-io/nats.go"
 )
 
 // TestMetricsCost measures the cost of metrics on a small input: the runs

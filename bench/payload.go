@@ -3,12 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/nats-io/nats.go"
 	"sync/atomic"
 
 	"github.com/ackflow/ackflow/sources"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
+	"github.com/nats-io/nats.go"
 )
 
 // payloadRun moves n records of size bytes through spout -> pass -> sink

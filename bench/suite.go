@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/nats-io/nats.go"
 	"io"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/ackflow/ackflow/upstreambackup"
 	"github.com/ackflow/ackflow/wire"
 	"github.com/ackflow/ackflow/workers"
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
 

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/nats-io/nats.go"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
@@ -17,6 +16,7 @@ import (
 	"github.com/ackflow/ackflow/internal/heapfloor"
 	"github.com/ackflow/ackflow/internal/hugepages"
 	"github.com/ackflow/ackflow/workers"
+	"github.com/nats-io/nats.go"
 )
 
 // BenchmarkWordCount runs the suite's word count (8 copies of the bundled
