@@ -28,6 +28,23 @@ import "time"
 // periods. This is TCP's congestion window in miniature, with "held back"
 // as its signal in place of a lost packet.
 //
+// Being held for one period is not enough reason to grow, though: a
+// spout is held just as much while the topology behind it is slow for a
+// while (a cold start, a collection, the host taking a core away), and
+// then more trees in flight only wait longer. In the first run of a
+// fresh process paced at 240,000 lines/s, the window held a spout long
+// enough to double it to 2,048 or 4,096 in 8 runs of 16, and those runs
+// had p99 of 8.6-24 ms against 2.3-3.9 in the others: once the spell was
+// over, the spout caught up with a window's worth of lines in a topology
+// already behind (docs/performance.md, round twenty-one). So after slow
+// start the window doubles only for a spout that it has held back more
+// than half the time over about the last second too (heldAvg), which a
+// saturated spout is, and a paced one in a slow spell of under about
+// 0.7 s is not: with the rule, the same 16 first runs kept 512 and had
+// p99 of 2.5-9.7 ms. A spout that becomes saturated later gets its
+// doublings that much later; one saturated from the start gets them in
+// slow start, as before.
+//
 // Like TCP, it starts with a slow start that is not slow: until the first
 // period in which the window did not hold the spout back more than half
 // the time, periods last startPeriod, not windowPeriod. A spout saturated
@@ -42,6 +59,7 @@ type pendingWindow struct {
 	from         time.Time     // start of the current period
 	heldSince    time.Time     // when the spout was found held; zero while it is not
 	held         time.Duration // time held in the current period, before heldSince
+	heldAvg      float64       // share of the time held, averaged over about heldHorizon
 }
 
 // windowPeriod is how often the window is resized, startPeriod how often
@@ -50,6 +68,11 @@ const (
 	windowPeriod = 50 * time.Millisecond
 	startPeriod  = 10 * time.Millisecond
 )
+
+// heldHorizon is the time constant of pendingWindow.heldAvg: after slow
+// start, a spout held throughout since it was not held at all has the
+// window doubled after 0.7 s.
+const heldHorizon = time.Second
 
 func newPendingWindow(maxPending int, now time.Time) pendingWindow {
 	lo := max(1, maxPending/8)
@@ -85,9 +108,14 @@ func (w *pendingWindow) resize(now time.Time) {
 		held += max(0, now.Sub(w.heldSince))
 		w.heldSince = now
 	}
+	share := min(1, float64(held)/float64(period))
+	w.heldAvg += (share - w.heldAvg) * min(1, float64(period)/float64(heldHorizon))
 	switch {
-	case held*2 > period:
+	case held*2 > period && (w.starting || w.heldAvg > 0.5):
 		w.size = min(w.hi, 2*w.size)
+	case held*2 > period:
+		// Held, but not for long enough to tell a saturated spout from
+		// a slow spell: stay.
 	case held*10 < period:
 		w.size = max(w.lo, w.size/2)
 	}

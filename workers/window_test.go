@@ -126,7 +126,60 @@ func TestPendingWindowStartsFast(t *testing.T) {
 		t.Fatalf("after slow start a short period held throughout resized the window to %d", w.size)
 	}
 	step(windowPeriod-startPeriod, 1)
-	if w.size != 1024 {
-		t.Fatalf("a whole period held throughout: size %d, want 1024", w.size)
+	if w.size != 512 {
+		t.Fatalf("after slow start one whole period held throughout: size %d, want it to stay 512 (TestPendingWindowGrowsOnlyForASpoutHeldForLong)", w.size)
+	}
+}
+
+// TestPendingWindowGrowsOnlyForASpoutHeldForLong: after slow start the
+// window doubles for a spout held more than half of a period only once
+// it has been held more than half the time over about heldHorizon: a
+// spell of half a second held throughout leaves it as it was, one held
+// 30% of the time does not double it either, and a spout held
+// throughout from then on has it doubled within 0.4 s and then every
+// period it is held.
+func TestPendingWindowGrowsOnlyForASpoutHeldForLong(t *testing.T) {
+	t0 := time.Now()
+	w := newPendingWindow(4096, t0)
+	at := t0
+	period := func(share float64) {
+		w.held = time.Duration(share * float64(windowPeriod))
+		at = at.Add(windowPeriod)
+		w.resize(at)
+	}
+	period(0) // ends slow start at 512
+	if w.starting || w.size != 512 {
+		t.Fatalf("after a period not held: %+v; want 512, slow start over", w)
+	}
+	for i := range 10 { // a spell of 0.5 s held throughout
+		period(1)
+		if w.size != 512 {
+			t.Fatalf("%d periods (%v) into a spell held throughout: size %d, want 512", i+1, time.Duration(i+1)*windowPeriod, w.size)
+		}
+	}
+	for range 40 { // the spell's held time decays
+		period(0.3)
+	}
+	if w.size != 512 || w.heldAvg > 0.35 {
+		t.Fatalf("after 2 s held 30%% of the time: size %d, held on average %.2f; want 512 and about 0.3", w.size, w.heldAvg)
+	}
+	var first time.Duration
+	for i := 1; i <= 20; i++ {
+		period(1)
+		if w.size > 512 {
+			first = time.Duration(i) * windowPeriod
+			break
+		}
+	}
+	// From a held average of about 0.3, that of a spout held throughout
+	// passes 0.5 after seven periods (1 - 0.7 x 0.95^n > 0.5).
+	if first < 300*time.Millisecond || first > 400*time.Millisecond {
+		t.Fatalf("a spout held throughout had the window doubled after %v; want 0.3-0.4 s", first)
+	}
+	for i, want := range []int{2048, 4096, 4096} {
+		period(0.8)
+		if w.size != want {
+			t.Fatalf("%d periods after the first doubling, held 80%%: size %d, want %d", i+1, w.size, want)
+		}
 	}
 }
