@@ -93,8 +93,9 @@ func (r *Report) WriteTable(w io.Writer) {
 
 // noisyHost is the share of a spinning thread's time lost in gaps above
 // which the report says that the host was noisy. Runs on this project's
-// 2-core hosts lost 0.4-0.9% on quiet hours and 15% on noisy ones
-// (docs/performance.md).
+// 2-core hosts lost 0.4-1.0%, and 15-17% while another program kept both
+// processors busy for 300 ms of every second (docs/performance.md, round
+// twenty-one).
 const noisyHost = 0.03
 
 // WriteJSON writes the report to path.
