@@ -118,7 +118,7 @@ var (
 	Capacity          = family("ackflow_capacity_ratio", Gauge, taskLabels, "Bolts: fraction of the last second the task spent processing inputs; near 1 the task is the bottleneck (add parallelism). Over longer windows: rate(ackflow_execute_latency_seconds_sum[5m]).")
 	InboundQueue      = family("ackflow_inbound_queue_frames", Gauge, taskLabels, "Frames waiting in the task's inboxes (records, acker messages, notices).")
 	PendingTrees      = family("ackflow_pending_trees", Gauge, taskLabels, "Spouts: trees in flight or waiting for their replay; bounded by the max spout pending.")
-	PendingWindow     = family("ackflow_pending_window", Gauge, taskLabels, "Spouts: trees the task may have in flight now, between an eighth of the max spout pending and all of it: doubled while the window holds a spout with records to emit back, halved while it does not.")
+	PendingWindow     = family("ackflow_pending_window", Gauge, taskLabels, "Spouts: trees the task may have in flight now, between an eighth of the max spout pending and all of it: doubled while the window holds a spout with records to emit back (after the first few periods, only once it has done so more than half the time over about a second), halved while it does not.")
 	OutputLogEntries  = family("ackflow_output_log_entries", Gauge, taskLabels, "Stateful bolts: inputs whose outputs the output log keeps until their trees complete.")
 	OutputLogBytes    = family("ackflow_output_log_bytes", Gauge, taskLabels, "Stateful bolts: estimated memory the output log holds.")
 	BloomFill         = family("ackflow_bloom_fill_ratio", Gauge, taskLabels, "Stateful bolts: fraction of bits set in the newest Bloom generation of the dedup filter.")
