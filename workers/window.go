@@ -33,17 +33,17 @@ import "time"
 // while (a cold start, a collection, the host taking a core away), and
 // then more trees in flight only wait longer. In the first run of a
 // fresh process paced at 240,000 lines/s, the window held a spout long
-// enough to double it to 2,048 or 4,096 in 8 runs of 16, and those runs
-// had p99 of 8.6-24 ms against 2.3-3.9 in the others: once the spell was
+// enough to double it to 2,048 or 4,096 in 12 runs of 26, and those runs
+// had p99 of 7.5-24 ms against 2.3-5.3 in the others: once the spell was
 // over, the spout caught up with a window's worth of lines in a topology
 // already behind (docs/performance.md, round twenty-one). So after slow
 // start the window doubles only for a spout that it has held back more
 // than half the time over about the last second too (heldAvg), which a
 // saturated spout is, and a paced one in a slow spell of under about
-// 0.7 s is not: with the rule, the same 16 first runs kept 512 and had
-// p99 of 2.5-9.7 ms. A spout that becomes saturated later gets its
-// doublings that much later; one saturated from the start gets them in
-// slow start, as before.
+// 0.7 s is not: with the rule, 26 such first runs kept 512 and had p99
+// of 2.5-9.7 ms. A spout that becomes saturated later gets its doublings
+// that much later; one saturated from the start gets them in slow start,
+// as before, or within a few periods if slow start ended early.
 //
 // Like TCP, it starts with a slow start that is not slow: until the first
 // period in which the window did not hold the spout back more than half
@@ -69,8 +69,8 @@ const (
 	startPeriod  = 10 * time.Millisecond
 )
 
-// heldHorizon is the time constant of pendingWindow.heldAvg: after slow
-// start, a spout held throughout since it was not held at all has the
+// heldHorizon is the time constant of pendingWindow.heldAvg after slow
+// start: a spout held throughout since it was not held at all has the
 // window doubled after 0.7 s.
 const heldHorizon = time.Second
 
@@ -109,7 +109,16 @@ func (w *pendingWindow) resize(now time.Time) {
 		w.heldSince = now
 	}
 	share := min(1, float64(held)/float64(period))
-	w.heldAvg += (share - w.heldAvg) * min(1, float64(period)/float64(heldHorizon))
+	weight := min(1, float64(period)/float64(heldHorizon))
+	if w.starting {
+		// Slow start's few short periods count half each, so that a
+		// saturated spout whose slow start ended early (a period spent
+		// emitting rather than held) goes on doubling within a period
+		// or three, while a paced one, never held in its first period,
+		// starts from nothing.
+		weight = 0.5
+	}
+	w.heldAvg += (share - w.heldAvg) * weight
 	switch {
 	case held*2 > period && (w.starting || w.heldAvg > 0.5):
 		w.size = min(w.hi, 2*w.size)

@@ -183,3 +183,33 @@ func TestPendingWindowGrowsOnlyForASpoutHeldForLong(t *testing.T) {
 		}
 	}
 }
+
+// TestPendingWindowKeepsDoublingAfterAnEarlySlowStartEnd: a saturated
+// spout whose slow start ended at a period held less than half the time
+// (spent emitting, say) still has its window doubled within three
+// periods held, where a paced spout, not held in its first period, would
+// wait about 0.7 s.
+func TestPendingWindowKeepsDoublingAfterAnEarlySlowStartEnd(t *testing.T) {
+	t0 := time.Now()
+	w := newPendingWindow(4096, t0)
+	at := t0
+	step := func(d time.Duration, share float64) {
+		w.held = time.Duration(share * float64(d))
+		at = at.Add(d)
+		w.resize(at)
+	}
+	step(startPeriod, 0.9)
+	step(startPeriod, 0.9)
+	step(startPeriod, 0.4) // ends slow start at 2048
+	if w.starting || w.size != 2048 {
+		t.Fatalf("after slow start periods held 90%%, 90%% and 40%%: %+v; want 2048, slow start over", w)
+	}
+	n := 0
+	for w.size == 2048 && n < 20 {
+		step(windowPeriod, 0.9)
+		n++
+	}
+	if w.size != 4096 || n > 3 {
+		t.Fatalf("held 90%% after slow start: size %d after %d periods; want 4096 within 3", w.size, n)
+	}
+}
