@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ackflow/ackflow/chaos"
 	"github.com/ackflow/ackflow/embednats"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
@@ -166,6 +167,7 @@ type overloadConfig struct {
 	timeout  time.Duration // message timeout; 0 is the default
 	capacity int           // the most records the run can take
 	sample   func(elapsed time.Duration)
+	chaos    chaos.Config
 }
 
 // runOverload runs spout -> work (2 tasks) -> sink, at-least-once with
@@ -186,6 +188,7 @@ func runOverload(t *testing.T, c overloadConfig) (*workers.Summary, *overloadRun
 		cfg.MessageTimeout = c.timeout
 	}
 	cfg.ProgressEvery = time.Second
+	cfg.Chaos = c.chaos
 	start := time.Now()
 	if c.sample != nil {
 		cfg.Progress = func(p workers.Progress) { c.sample(p.Elapsed) }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ackflow/ackflow/chaos"
 	"github.com/ackflow/ackflow/workers"
 )
 
@@ -22,5 +23,29 @@ func TestPendingWindowOpensOnlyForASaturatedSpout(t *testing.T) {
 	busy, o := runOverload(t, overloadConfig{dur: 600 * time.Millisecond, cost: 20 * time.Microsecond, capacity: 10_000_000})
 	if got := busy.Component("offer").WindowPeak; got != int64(bound) {
 		t.Errorf("offered as much as it takes (%d records taken): the pending window reached %d; want %d", o.emitted.Load(), got, bound)
+	}
+}
+
+// TestPendingWindowOpensForTreesThatTakeLong: a paced spout whose trees
+// take long for want of nothing but time (every frame delayed up to 80
+// ms, and the resends the reordering brings: trees take about 0.2 s
+// while the tasks idle) needs far more than the smallest window to keep
+// up with its offer. The window holds it back for good, so it doubles
+// once the held average says so, and the spout takes all but a sliver of
+// what is offered; every record taken reaches the sink once (runOverload
+// checks it against the offer). Without doublings after slow start it
+// takes about a third.
+func TestPendingWindowOpensForTreesThatTakeLong(t *testing.T) {
+	const rate, dur = 10_000, 3 * time.Second
+	bound := workers.DefaultConfig().MaxSpoutPending
+	sum, o := runOverload(t, overloadConfig{rate: rate, dur: dur, cost: time.Microsecond, capacity: 200_000,
+		chaos: chaos.Config{Delay: 80 * time.Millisecond, DelayProb: 1, Seed: 3}})
+	if got := sum.Component("offer").WindowPeak; got <= int64(bound/8) {
+		t.Errorf("trees delayed up to 80 ms at each hop: the pending window stayed at %d; want it above %d", got, bound/8)
+	}
+	t.Logf("frames delayed %d; tree latency p50 %v, p99 %v; window peak %d", sum.Chaos.FramesDelayed, sum.Component("offer").LatencyP50, sum.Component("offer").LatencyP99, sum.Component("offer").WindowPeak)
+	offered := int64(rate * dur.Seconds())
+	if lag := o.lag.Load(); lag > offered/20 {
+		t.Errorf("%d of %d offered records were never taken: the window throttled the spout", lag, offered)
 	}
 }
