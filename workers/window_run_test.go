@@ -13,14 +13,19 @@ import (
 // twice: offered far below what it takes, the spout's pending window stays
 // at its smallest, an eighth of MaxSpoutPending; offered as much as it
 // takes, the window holds the spout back and grows to the whole bound.
-// Both runs deliver every record taken (runOverload checks it).
+// Both runs deliver every record taken (runOverload checks it). The busy
+// run lasts 2 s: a spout whose slow start ended at its first period (a
+// machine busy enough that it spent that period emitting rather than
+// held) waits for the held average before doubling, about half a second
+// under -race with another program taking both processors, where the
+// 600 ms this run lasted before left it at 512 in one run of ten.
 func TestPendingWindowOpensOnlyForASaturatedSpout(t *testing.T) {
 	bound := workers.DefaultConfig().MaxSpoutPending
 	calm, _ := runOverload(t, overloadConfig{rate: 5000, dur: 600 * time.Millisecond, cost: time.Microsecond, capacity: 10_000})
 	if got := calm.Component("offer").WindowPeak; got != int64(bound/8) {
 		t.Errorf("5,000 records/s offered: the pending window reached %d; want it to stay at %d", got, bound/8)
 	}
-	busy, o := runOverload(t, overloadConfig{dur: 600 * time.Millisecond, cost: 20 * time.Microsecond, capacity: 10_000_000})
+	busy, o := runOverload(t, overloadConfig{dur: 2 * time.Second, cost: 20 * time.Microsecond, capacity: 10_000_000})
 	if got := busy.Component("offer").WindowPeak; got != int64(bound) {
 		t.Errorf("offered as much as it takes (%d records taken): the pending window reached %d; want %d", o.emitted.Load(), got, bound)
 	}
