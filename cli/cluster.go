@@ -127,6 +127,7 @@ dies. Ctrl-C leaves the cluster; the others take the tasks over.`,
 			for n, b := range topos {
 				builds[n] = func(s map[string]string) (*topology.Topology, error) { return b(Settings(s)) }
 			}
+			prefaultHeap(rt.Logger)
 			fmt.Fprintf(cmd.OutOrStdout(), "worker %s joining the cluster at %s with %s (Ctrl-C leaves)\n", orDefault(name, "(host-pid)"), nf.url, strings.Join(topos.Names(), ", "))
 			err = workers.RunNode(ctx, workers.NodeConfig{Name: name, NATSURL: nf.url, Topologies: builds, Runtime: rt, Members: mc, StatusEvery: statusEvery, Replicas: replicas})
 			if e, ok := refusedBy(nf.url, err); ok {

@@ -210,3 +210,46 @@ func (a *Advisor) Stop() {
 	}
 	<-a.done
 }
+
+// Prefault touches n bytes of heap memory that it drops at once, and
+// collects them, so that the page faults of a heap growing to n bytes
+// happen now instead of while the process does its work. The heap floor
+// lets a worker's heap grow to the floor before its first collection, and
+// each page it touches for the first time on the way costs a fault: in
+// the first second of a run that made the tasks slower just as the spouts
+// started, and a paced spout that its pending window then held back
+// caught up in bursts (docs/performance.md, round twenty-two). It is the
+// JVM's -XX:+AlwaysPreTouch for a heap that has no fixed size.
+//
+// The memory stays with the heap after the collection, as long as the
+// heap goal covers it (the floor does): the runtime returns free memory
+// to the system only beyond the goal. Where Start advised the heap for
+// huge pages, it is faulted in 2 MiB at a time. Nothing is kept alive
+// while it runs, so a collection that starts meanwhile finds a small
+// live heap and leaves the goal where it was. It returns how long it
+// took.
+func Prefault(n uint64) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	start := time.Now()
+	// Pieces of 1 MiB, as the heap's spans will take the memory.
+	const piece = 1 << 20
+	for left := n; left > 0; left -= min(left, piece) {
+		p := make([]byte, min(left, piece))
+		for i := 0; i < len(p); i += pageSize {
+			p[i] = 1
+		}
+		prefaultSink = p
+	}
+	prefaultSink = nil
+	runtime.GC()
+	return time.Since(start)
+}
+
+// prefaultSink holds Prefault's last piece, so that its stores are not
+// optimised away.
+var prefaultSink []byte
+
+// pageSize is the smallest page a fault brings in.
+const pageSize = 4096

@@ -2,11 +2,15 @@ package hugepages
 
 import (
 	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/ackflow/ackflow/internal/heapfloor"
 )
 
 func TestParseMode(t *testing.T) {
@@ -138,4 +142,89 @@ func TestStartAdvisesTheHeap(t *testing.T) {
 func TestNilAdvisorStops(t *testing.T) {
 	var a *Advisor
 	a.Stop()
+}
+
+// resident is the process's resident memory in bytes, from
+// /proc/self/statm.
+func resident(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Skipf("no /proc/self/statm here: %v", err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		t.Fatalf("unexpected /proc/self/statm: %q", b)
+	}
+	pages, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		t.Fatalf("unexpected /proc/self/statm: %q", b)
+	}
+	return pages * uint64(os.Getpagesize())
+}
+
+// grow allocates n bytes of garbage in pieces of 1 MiB and touches every
+// page of them, as a run's allocations grow the heap to its goal.
+func grow(n uint64) {
+	for range n >> 20 {
+		p := make([]byte, 1<<20)
+		for i := 0; i < len(p); i += pageSize {
+			p[i] = 1
+		}
+		prefaultSink = p
+	}
+	prefaultSink = nil
+}
+
+// TestPrefaultLeavesTheHeapResident: with a heap floor, a heap that grows
+// to the floor after Prefault finds its memory resident already (the
+// faults happened in Prefault), while without Prefault growing makes that
+// much more memory resident. Resident memory counts pages whatever their
+// size, so the test holds with or without huge pages. Each case runs in a
+// fresh process of the test binary, whose heap no other test has grown.
+func TestPrefaultLeavesTheHeapResident(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory comes and goes with the heap's: resident memory says nothing here")
+	}
+	if mode := os.Getenv(prefaultCase); mode != "" {
+		prefaultChild(t, mode == "prefault")
+		return
+	}
+	for _, mode := range []string{"prefault", "none"} {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestPrefaultLeavesTheHeapResident$", "-test.count", "1", "-test.v")
+		cmd.Env = append(os.Environ(), prefaultCase+"="+mode)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("the %s case failed: %v\n%s", mode, err, out)
+		} else {
+			t.Logf("the %s case:\n%s", mode, out)
+		}
+	}
+	if Prefault(0) != 0 {
+		t.Error("Prefault(0) did something")
+	}
+}
+
+// prefaultCase names the case a child process of
+// TestPrefaultLeavesTheHeapResident runs.
+const prefaultCase = "HUGEPAGES_TEST_PREFAULT_CASE"
+
+func prefaultChild(t *testing.T, prefault bool) {
+	const n = 128 << 20
+	floor := heapfloor.Start(n, 400)
+	defer floor.Stop()
+	if prefault {
+		d := Prefault(n)
+		t.Logf("Prefault(%d MiB) took %v", n>>20, d)
+	}
+	before := resident(t)
+	grow(n)
+	grew := int64(resident(t)) - int64(before)
+	t.Logf("growing the heap to the floor made %d MiB more resident", grew>>20)
+	switch {
+	case prefault && grew > n/4:
+		t.Errorf("after Prefault, want under %d MiB", n>>22)
+	case !prefault && grew < n/2:
+		t.Errorf("without Prefault, want %d MiB or more: the test cannot tell Prefault's effect here", n>>21)
+	}
 }
