@@ -211,23 +211,27 @@ func (a *Advisor) Stop() {
 	<-a.done
 }
 
-// Prefault touches n bytes of heap memory that it drops at once, and
-// collects them, so that the page faults of a heap growing to n bytes
-// happen now instead of while the process does its work. The heap floor
-// lets a worker's heap grow to the floor before its first collection, and
-// each page it touches for the first time on the way costs a fault: in
-// the first second of a run that made the tasks slower just as the spouts
-// started, and a paced spout that its pending window then held back
-// caught up in bursts (docs/performance.md, round twenty-two). It is the
-// JVM's -XX:+AlwaysPreTouch for a heap that has no fixed size.
+// Prefault touches n bytes of heap memory that it drops at once, so that
+// the page faults of a heap growing to n bytes happen now instead of while
+// the process does its work. The heap floor lets a worker's heap grow to
+// the floor before its first collection, and each page it touches for the
+// first time on the way costs a fault: in the first second of a run that
+// made the tasks slower just as the spouts started, and a paced spout
+// that its pending window then held back caught up in bursts
+// (docs/performance.md, round twenty-two). It is the JVM's
+// -XX:+AlwaysPreTouch for a heap that has no fixed size. It returns how
+// long it took.
 //
-// The memory stays with the heap after the collection, as long as the
-// heap goal covers it (the floor does): the runtime returns free memory
-// to the system only beyond the goal. Where Start advised the heap for
-// huge pages, it is faulted in 2 MiB at a time. Nothing is kept alive
-// while it runs, so a collection that starts meanwhile finds a small
-// live heap and leaves the goal where it was. It returns how long it
-// took.
+// With n the heap floor, the collection that finds the pieces is the
+// heap's next, during Prefault or soon after the work starts, and it finds
+// the floor's worth in use: the runtime keeps free memory up to about 1.1
+// times what was in use at the last collection and returns the rest to
+// the system. So Prefault does not collect them itself: a collection
+// forced right after, with the heap nearly empty, let the runtime give
+// most of the memory back within 50 ms. For the same reason a process
+// that stays idle until its periodic collection (every two minutes) gives
+// it back then. Where Start advised the heap for huge pages, the memory is
+// faulted in 2 MiB at a time.
 func Prefault(n uint64) time.Duration {
 	if n == 0 {
 		return 0
@@ -243,7 +247,6 @@ func Prefault(n uint64) time.Duration {
 		prefaultSink = p
 	}
 	prefaultSink = nil
-	runtime.GC()
 	return time.Since(start)
 }
 
