@@ -6,6 +6,14 @@ import (
 	"reflect"
 )
 
+// maxRecordsPerSec is a rate no row reaches on any machine: plain Go's
+// single goroutine counts about 2*10^7 words a second. A cluster row once
+// printed 2.5*10^12, its run over between two polls of its clock.
+const maxRecordsPerSec = 1e9
+
+// minRowSeconds is the shortest run a row's rate can be measured over.
+const minRowSeconds = 0.001
+
 // Impossible lists the figures of the report that cannot be true: a
 // negative, infinite or NaN number anywhere (a time, a rate, a byte count
 // after an unsigned underflow), percentiles out of order, a row whose rate
@@ -24,6 +32,12 @@ func (r *Report) Impossible() []string {
 		}
 	})
 	for _, row := range r.Rows {
+		if row.RecordsPerSec > maxRecordsPerSec {
+			add("row %s: %.0f records/s, beyond any machine (the row's clock failed)", row.Name, row.RecordsPerSec)
+		}
+		if row.Seconds > 0 && row.Seconds < minRowSeconds {
+			add("row %s: timed over %.6f s, too short to be a measurement", row.Name, row.Seconds)
+		}
 		if row.Seconds > 0 && row.Records > 0 {
 			if want := float64(row.Records) / row.Seconds; math.Abs(row.RecordsPerSec-want) > 0.05*want {
 				add("row %s: %.0f records/s, but %d records in %.3f s is %.0f/s", row.Name, row.RecordsPerSec, row.Records, row.Seconds, want)

@@ -43,6 +43,12 @@ func TestImpossibleFigures(t *testing.T) {
 		{"infinite rate", "Rows[0].RecordsPerSec is +Inf", func(r *Report) { r.Rows[0].RecordsPerSec = math.Inf(1) }},
 		{"negative lost", "Rows[1].Lost is -3", func(r *Report) { r.Rows[1].Lost = -3 }},
 		{"rate not records/seconds", "row at-least-once: 3000000 records/s", func(r *Report) { r.Rows[1].RecordsPerSec = 3e6 }},
+		{"rate beyond any machine (a run over between two polls)", "beyond any machine", func(r *Report) {
+			r.Rows[1].Seconds, r.Rows[1].RecordsPerSec = 1e-6, float64(r.Rows[1].Records)/1e-6
+		}},
+		{"run too short to time", "too short to be a measurement", func(r *Report) {
+			r.Rows[1].Records, r.Rows[1].Seconds, r.Rows[1].RecordsPerSec = 10, 1e-4, 1e5
+		}},
 		{"percentiles out of order", "percentiles out of order", func(r *Report) { r.Latency.P50Ms = 5 }},
 		{"p99 not the median of its runs", "not the median of its runs", func(r *Report) { r.Latency.P99RunsMs[2] = 3.6 }},
 		{"lossy time not the median of its runs", "lossy runs", func(r *Report) { r.Loss.LossyRuns[0] = 0.5 }},
