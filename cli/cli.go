@@ -63,15 +63,16 @@ var heapFloorBytes uint64
 // for a fixed heap: a fresh worker's heap grows to the floor before its
 // first collection, and each page it touches for the first time costs a
 // fault in the tasks' time. On this project's virtual machines the suite's
-// word count on three fresh worker processes moved 2-4 times as many
-// records per second with the workers' heaps prefaulted
+// word count on three fresh worker processes moved 2.2-2.4 million
+// records/s with the workers' heaps prefaulted against 1.6 without
 // (docs/performance.md, round twenty-two). The cost is at start-up, 30 ms
 // to 0.8 s for 256 MiB, and resident memory: the floor's worth at once,
-// where an idle worker would have kept less. Only the worker command does
-// it: `run` of a short job would pay for memory it never uses (a
-// background prefault made `ackflow run wordcount` take 290 MB instead of
-// 70). ACKFLOW_PREFAULT=0 turns it off; without a floor (GOGC set, or
-// ACKFLOW_HEAP_FLOOR=0) there is nothing to do.
+// until the worker, if it stays idle, gives it back at its periodic
+// collection. Only the worker command does it: `run` of a short job would
+// pay for memory it never uses (a background prefault made `ackflow run
+// wordcount` keep 290 MB instead of 70). ACKFLOW_PREFAULT=0 turns it off;
+// without a floor (GOGC set, or ACKFLOW_HEAP_FLOOR=0) there is nothing to
+// do.
 func prefaultHeap(log zerolog.Logger) {
 	if heapFloorBytes == 0 || os.Getenv("ACKFLOW_PREFAULT") == "0" {
 		return
