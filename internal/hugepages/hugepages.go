@@ -237,7 +237,13 @@ func Prefault(n uint64) time.Duration {
 		return 0
 	}
 	start := time.Now()
-	// Pieces of 1 MiB, as the heap's spans will take the memory.
+	touch(n)
+	return time.Since(start)
+}
+
+// touch allocates n bytes of garbage in pieces of 1 MiB, as the heap's
+// spans will take the memory, and writes to every page of them.
+func touch(n uint64) {
 	const piece = 1 << 20
 	for left := n; left > 0; left -= min(left, piece) {
 		p := make([]byte, min(left, piece))
@@ -247,7 +253,6 @@ func Prefault(n uint64) time.Duration {
 		prefaultSink = p
 	}
 	prefaultSink = nil
-	return time.Since(start)
 }
 
 // prefaultSink holds Prefault's last piece, so that its stores are not

@@ -163,19 +163,6 @@ func resident(t *testing.T) uint64 {
 	return pages * uint64(os.Getpagesize())
 }
 
-// grow allocates n bytes of garbage in pieces of 1 MiB and touches every
-// page of them, as a run's allocations grow the heap to its goal.
-func grow(n uint64) {
-	for range n >> 20 {
-		p := make([]byte, 1<<20)
-		for i := 0; i < len(p); i += pageSize {
-			p[i] = 1
-		}
-		prefaultSink = p
-	}
-	prefaultSink = nil
-}
-
 // TestPrefaultLeavesTheHeapResident: set up as the ackflow binary does (a
 // heap floor, and the heap advised for huge pages where the system wants
 // that), a heap that grows to the floor a while after Prefault finds its
@@ -246,7 +233,7 @@ func prefaultChild(t *testing.T, prefault bool) {
 	// the test missed it once in five runs.
 	time.Sleep(time.Second)
 	before := resident(t)
-	grow(n)
+	touch(n) // as a run's allocations grow the heap to its goal
 	grew := int64(resident(t)) - int64(before)
 	t.Logf("growing the heap to the floor a second later made %d MiB more resident", grew>>20)
 	switch {
