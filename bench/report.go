@@ -69,6 +69,10 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	if m.DedupBitsPerID > 0 {
 		fmt.Fprintf(w, ", dedup %.1f bits per remembered ID", m.DedupBitsPerID)
+		if m.DedupFPChecks > 0 {
+			fmt.Fprintf(w, " at a false-positive rate of %.5f (measured over %d never-seen IDs; a window of Bloom filters needs at least %.1f bits at that rate)",
+				m.DedupFPRate, m.DedupFPChecks, m.DedupBitsBound)
+		}
 	}
 	fmt.Fprintln(w)
 	if b := r.Breakdown; len(b.Parts) > 0 {
@@ -84,6 +88,9 @@ func (r *Report) WriteTable(w io.Writer) {
 			mark = "met"
 		}
 		fmt.Fprintf(w, "  %-52s %-9s %10.2f  %s\n", g.Name, g.Target, g.Value, mark)
+		if g.Note != "" {
+			fmt.Fprintf(w, "      %s\n", g.Note)
+		}
 	}
 	if h := r.Latency.HostStalls; h.Seconds > 0 && h.LostShare > noisyHost {
 		fmt.Fprintf(w, "\nthe host was noisy: a thread spinning on each processor before the latency runs lost %.1f%% of its time in gaps (%.1f a second over 1 ms, the longest %.1f ms), where a quiet host loses under 1%%. Every tree in flight waits out such a gap, so the p99 goal, and less so the ratios, say as much about the host as about ackflow here: run `ackflow bench` again when the host is quieter.\n",

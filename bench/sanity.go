@@ -76,6 +76,19 @@ func (r *Report) Impossible() []string {
 	if m := r.Memory; m.DedupBitsPerID > 0 && m.DedupBitsPerID < 1 {
 		add("dedup %.2f bits per ID: a Bloom filter with a false-positive rate below 50%% needs more than one", m.DedupBitsPerID)
 	}
+	if m := r.Memory; m.DedupFPChecks > 0 {
+		bound, _ := windowedBloomBound(m.DedupFPRate)
+		switch {
+		case m.DedupFPRate < 0 || m.DedupFPRate > 1:
+			add("dedup false-positive rate %g is not a share of checks", m.DedupFPRate)
+		case math.Abs(bound-m.DedupBitsBound) > 0.01:
+			add("dedup bound of %.2f bits per ID is not what a windowed Bloom filter needs at a rate of %g (%.2f)", m.DedupBitsBound, m.DedupFPRate, bound)
+		case m.DedupFPRate*float64(m.DedupFPChecks) >= 100 && m.DedupBitsPerID < bound-1:
+			// 100 false positives measure the rate to a tenth, which
+			// moves the bound by about a quarter of a bit.
+			add("dedup %.1f bits per ID at a false-positive rate of %g: fewer than the %.1f any window of Bloom filters needs", m.DedupBitsPerID, m.DedupFPRate, bound)
+		}
+	}
 	if b := r.Breakdown; len(b.Parts) > 0 {
 		sum, ns := 0.0, 0.0
 		for _, p := range b.Parts {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ackflow/ackflow/dedup"
 	"github.com/ackflow/ackflow/workers"
 )
 
@@ -20,11 +21,17 @@ func saneReport() *Report {
 			HostStalls: Stalls{Seconds: 2, PerSec: 1.5, LongestMs: 7.5, LostShare: 0.004}},
 		Recovery: Recovery{Crashes: 2, TreesCompleteMs: []float64{400}, Throughput90Ms: []float64{450}, EndedFirst: 1},
 		Memory: Memory{AckerBytesPerTree: 40, LogBytesPerEntry: 250, DedupBitsPerID: 25, AckerTrees: 200_000, LogEntries: 100_000,
-			HeapSysBytes: 1 << 30},
+			HeapSysBytes: 1 << 30, DedupFPRate: 0.0007, DedupFPChecks: 2_000_000, DedupBitsBound: bound(0.0007)},
 		Breakdown: Breakdown{Records: 100, CPUSeconds: 1e-4, NsPerRecord: 1000,
 			Parts: []Part{{Name: "a", Share: 0.75, NsPerRecord: 750}, {Name: "b", Share: 0.25, NsPerRecord: 250}}},
 		Goals: []Goal{{Name: "x", Target: ">= 1", Value: 2, Met: true}},
 	}
+}
+
+// bound is windowedBloomBound's bits.
+func bound(p float64) float64 {
+	b, _ := windowedBloomBound(p)
+	return b
 }
 
 // TestImpossibleFigures: each impossible figure is named, a sane report
@@ -56,6 +63,9 @@ func TestImpossibleFigures(t *testing.T) {
 		{"bytes per tree beyond the heap (an unsigned underflow)", "acker bytes per pending tree: 92233720368338.5", func(r *Report) { r.Memory.AckerBytesPerTree = 92233720368338.5 }},
 		{"log bytes beyond the heap", "output log bytes per entry", func(r *Report) { r.Memory.LogBytesPerEntry = 1 << 20 }},
 		{"dedup under a bit", "bits per ID", func(r *Report) { r.Memory.DedupBitsPerID = 0.5 }},
+		{"false-positive rate over 1", "is not a share of checks", func(r *Report) { r.Memory.DedupFPRate = 1.5 }},
+		{"dedup bound not the formula's", "is not what a windowed Bloom filter needs", func(r *Report) { r.Memory.DedupBitsBound = 16 }},
+		{"dedup below what any windowed Bloom filter needs", "fewer than the 21.9 any window", func(r *Report) { r.Memory.DedupBitsPerID = 16 }},
 		{"stall longer than the measurement", "host stalls: the longest 2500.0 ms", func(r *Report) { r.Latency.HostStalls.LongestMs = 2500 }},
 		{"more time lost than spun", "1.20 of the time lost", func(r *Report) { r.Latency.HostStalls.LostShare = 1.2 }},
 		{"more than all the CPU stolen", "CPU time stolen", func(r *Report) { r.Machine.StolenShare = 1.5 }},
@@ -158,6 +168,42 @@ func TestMedian(t *testing.T) {
 			if in[i] != c.xs[i] {
 				t.Fatalf("median reordered its input: %v, was %v", c.xs, in)
 			}
+		}
+	}
+}
+
+// TestWindowedBloomBound: the bound is the formula's least over the
+// number of generations, as docs/performance.md tabulates it for a rate of
+// 0.00067 (30.4 bits at 2, 25.0 at 3, 21.98 at 9 and 10, the least), and a real
+// windowed filter measured the way the suite measures it needs at least
+// that many bits for the rate it measures.
+func TestWindowedBloomBound(t *testing.T) {
+	bits, g := windowedBloomBound(0.00067)
+	if math.Abs(bits-21.98) > 0.005 || g != 9 {
+		t.Fatalf("the bound at 0.00067 is %.3f bits with %d generations, want 21.98 with 9", bits, g)
+	}
+	if b, _ := windowedBloomBound(0); b != 0 {
+		t.Fatalf("the bound at a rate of 0 is %v, want 0 (none: no rate measured)", b)
+	}
+	for _, c := range []struct {
+		p    float64
+		gens int
+	}{{0.01, 2}, {0.01, 4}, {0.001, 3}, {0.05, 8}} {
+		cfg := dedup.DefaultConfig()
+		cfg.Window, cfg.Exact, cfg.FPRate, cfg.Generations = 1<<14, 1<<10, c.p, c.gens
+		f, err := dedup.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rate := falsePositiveRate(f, cfg.Window, 200_000)
+		bits := f.Stats().BitsPerID
+		least, _ := windowedBloomBound(rate)
+		t.Logf("FPRate %v, %d generations: %.1f bits per ID at a measured rate of %.5f; the bound %.1f", c.p, c.gens, bits, rate, least)
+		if rate <= 0 || rate > 2*c.p {
+			t.Fatalf("FPRate %v, %d generations: measured a false-positive rate of %v", c.p, c.gens, rate)
+		}
+		if bits < least {
+			t.Fatalf("FPRate %v, %d generations: %.1f bits per ID at a measured rate of %v, below the bound of %.1f", c.p, c.gens, bits, rate, least)
 		}
 	}
 }
