@@ -26,3 +26,28 @@ func TestReportSaysWhenTheHostIsNoisy(t *testing.T) {
 		}
 	}
 }
+
+// TestBloomGoalSaysItsBound: with the filter's false-positive rate
+// measured, the Bloom goal's line carries the least bits a window of
+// Bloom filters needs at that rate, and the table prints it under the
+// goal and beside the memory figure.
+func TestBloomGoalSaysItsBound(t *testing.T) {
+	r := saneReport()
+	r.Rows = append(r.Rows, Row{Name: "at-most-once", RecordsPerSec: 3e6}, Row{Name: "raw-nats", RecordsPerSec: 1e6}, Row{Name: "jetstream-chain", RecordsPerSec: 1e5})
+	r.Goals = nil
+	(&suite{rep: r}).goals()
+	var note string
+	for _, g := range r.Goals {
+		if strings.HasPrefix(g.Name, "dedup Bloom bits") {
+			note = g.Note
+		}
+	}
+	if !strings.Contains(note, "false-positive rate of 0.00070") || !strings.Contains(note, "at least 21.9 bits") {
+		t.Fatalf("the Bloom goal's note is %q", note)
+	}
+	var b strings.Builder
+	r.WriteTable(&b)
+	if out := b.String(); !strings.Contains(out, "      "+note) || !strings.Contains(out, "at a false-positive rate of 0.00070 (measured over 2000000 never-seen IDs") {
+		t.Fatalf("the table does not show the bound:\n%s", out)
+	}
+}
