@@ -399,8 +399,8 @@ func printTop(w io.Writer, counts map[string]int64) {
 func printSummary(w io.Writer, s *workers.Summary) {
 	fmt.Fprintf(w, "\n%s, %s, %d workers: %d source records, %d records in %v (%.0f records/s)\n",
 		s.Topology, s.Guarantee, s.Workers, s.SourceRecords, s.Records, s.Duration.Round(time.Millisecond), s.RecordsPerSec)
-	fmt.Fprintf(w, "NATS: %d messages, %.1f MiB out (%d records crossed NATS, %d stayed inside a worker); %d acker messages\n",
-		s.NATSMessagesOut, float64(s.NATSBytesOut)/(1<<20), s.NATSRecordsOut, s.LocalRecords, s.AckMessages)
+	fmt.Fprintf(w, "NATS: %d messages, %.1f MiB out (%d records crossed NATS, %d stayed inside a worker); %d acker messages, %d acks rode on records\n",
+		s.NATSMessagesOut, float64(s.NATSBytesOut)/(1<<20), s.NATSRecordsOut, s.LocalRecords, s.AckMessages, s.AckRides)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "component\ttasks\temitted\texecuted\tacked\tfailed\treplayed\ttimed out\tlatency p50/p99")
 	for _, c := range s.Components {

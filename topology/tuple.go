@@ -30,6 +30,12 @@ type Tracking struct {
 	// runtime then fails the tuple even if the bolt acks it, so that the
 	// output that could not be sent is not lost without a trace.
 	EmitErr error
+	// Carrier is the anchor of this tuple's latest child in its only tree,
+	// which was still in the emitting task's outbox at CarrierIdx of the
+	// batch for task CarrierDst when emitted. An ack while it still waits
+	// there rides on it instead of going to the acker (workers, boltExec.Ack).
+	Carrier                *wire.Anchor
+	CarrierDst, CarrierIdx int32
 }
 
 // Tracking returns the runtime's bookkeeping for t. For package workers only.

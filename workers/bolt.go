@@ -341,7 +341,7 @@ func (b *boltExec) reuse(t *topology.Tuple) {
 	if !b.info.comp.InputsReused || !tr.Done || len(b.spare) >= tupleSlab {
 		return
 	}
-	tr.AckVal, tr.Emitted, tr.Done = 0, 0, false
+	tr.AckVal, tr.Emitted, tr.Done, tr.Carrier = 0, 0, false, nil
 	if tr.EmitErr != nil {
 		tr.EmitErr = nil
 	}
@@ -637,6 +637,9 @@ func (b *boltExec) emit(stream string, hasID bool, id uint64, anchors []*topolog
 			rec.Anchors = b.anchorChild(anchors)
 		}
 		b.out.addRecord(d, &rec, size+anchorBytes*len(rec.Anchors))
+		if len(rec.Anchors) == 1 && len(anchors) == 1 && anchors[0] != nil {
+			b.carry(anchors[0].Tracking(), d, &rec.Anchors[0])
+		}
 	}
 	if logging {
 		b.log.Append(anchors[0].ID, b.treesOf(anchors[0]), b.logged, memSize(size, len(values))*len(b.logged), b.now)
@@ -707,6 +710,20 @@ func (b *boltExec) anchorChild(anchors []*topology.Tuple) []wire.Anchor {
 	return out
 }
 
+// carry makes a, the only anchor of a child of tr's tuple just queued for
+// dst, the tuple's carrier while the child waits in the outbox: the
+// tuple's ACK can then ride on the child instead of going to the acker
+// (see Ack).
+func (b *boltExec) carry(tr *topology.Tracking, dst int, a *wire.Anchor) {
+	tr.Carrier = nil
+	if len(tr.Anchors) != 1 || a.Tree != tr.Anchors[0].Tree {
+		return
+	}
+	if n := len(b.out.recs[dst]); n > 0 && b.out.holds(dst, n-1, a) {
+		tr.Carrier, tr.CarrierDst, tr.CarrierIdx = a, int32(dst), int32(n-1)
+	}
+}
+
 // Emit implements topology.Collector.
 func (b *boltExec) Emit(anchor *topology.Tuple, values topology.Values) error {
 	b.one[0] = anchor
@@ -767,8 +784,20 @@ func (b *boltExec) Ack(in *topology.Tuple) {
 		}
 		b.filter.Completed(in.ID)
 	}
-	for _, a := range tr.Anchors {
-		b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckAck, Tree: a.Tree, Val: a.Val ^ tr.AckVal, Task: holder})
+	if c := tr.Carrier; c != nil && holder < 0 && len(tr.Anchors) == 1 && c.Tree == tr.Anchors[0].Tree && b.out.holds(int(tr.CarrierDst), int(tr.CarrierIdx), c) {
+		// The ACK rides on a child still in the outbox: the acker gets
+		// its value when that child is acked, one message fewer per
+		// input. The child's anchor then no longer holds its own edge but
+		// the input's and its other children's, so the tree still cannot
+		// reach zero before the input's children are all acked: until
+		// the carrier is, the input's edge is outstanding; after, each
+		// other child's is.
+		c.Val ^= tr.Anchors[0].Val ^ tr.AckVal
+		b.tally.rides++
+	} else {
+		for _, a := range tr.Anchors {
+			b.out.addAck(b.r.plan.ackerFor(a.Tree), wire.AckMsg{Type: wire.AckAck, Tree: a.Tree, Val: a.Val ^ tr.AckVal, Task: holder})
+		}
 	}
 	b.release(in)
 }

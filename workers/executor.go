@@ -34,7 +34,7 @@ type base struct {
 // of the task's loop (publish): an atomic add per record cost a locked
 // instruction each, which also waits for every store before it to reach
 // the cache (2% of word count's CPU for executed alone).
-type tally struct{ emitted, executed, acked int64 }
+type tally struct{ emitted, executed, acked, rides int64 }
 
 // publish adds the tally to the task's counters, which the summary,
 // progress, status reports and metrics read.
@@ -48,6 +48,9 @@ func (b *base) publish() {
 	}
 	if t.acked != 0 {
 		b.cnt.acked.Add(t.acked)
+	}
+	if t.rides != 0 {
+		b.r.tc.ackRides.Add(t.rides)
 	}
 	*t = tally{}
 }

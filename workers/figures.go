@@ -325,6 +325,7 @@ func (s *Summary) addCounts(o *Summary) {
 	s.NATSRecordsOut += o.NATSRecordsOut
 	s.LocalRecords += o.LocalRecords
 	s.AckMessages += o.AckMessages
+	s.AckRides += o.AckRides
 	s.BadFrames += o.BadFrames
 	s.FencedRecords += o.FencedRecords
 	s.FencedFrames += o.FencedFrames

@@ -96,6 +96,15 @@ func (o *outbox) addRecord(dst int, rec *wire.Record, size int) {
 	}
 }
 
+// holds reports whether the record at idx of dst's batch, still unsent, is
+// the one whose only anchor is a. A batch sent since is a fresh buffer,
+// whose records are shorter or were written over with their own anchors,
+// so a stale index never matches.
+func (o *outbox) holds(dst, idx int, a *wire.Anchor) bool {
+	recs := o.recs[dst]
+	return idx < len(recs) && len(recs[idx].Anchors) == 1 && &recs[idx].Anchors[0] == a
+}
+
 // addAck queues an acker message for dst. An ACK of the same tree and
 // holder as the ACK queued last folds into it: the acker XORs their values
 // into the tree's either way, and the holder bit is the same, so one

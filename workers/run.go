@@ -269,7 +269,7 @@ func (r *run) counts(lat map[string]*histogram) *Summary {
 		NATSMessagesOut: r.tc.natsMsgsOut.Load(), NATSBytesOut: r.tc.natsBytesOut.Load(),
 		NATSMessagesIn: r.tc.natsMsgsIn.Load(), NATSBytesIn: r.tc.natsBytesIn.Load(),
 		NATSRecordsOut: r.tc.natsRecordsOut.Load(), LocalRecords: r.tc.localRecords.Load(),
-		AckMessages: r.tc.ackMsgs.Load(), BadFrames: r.tc.badFrames.Load(),
+		AckMessages: r.tc.ackMsgs.Load(), AckRides: r.tc.ackRides.Load(), BadFrames: r.tc.badFrames.Load(),
 		FencedRecords: r.tc.fencedRecords.Load(), FencedFrames: r.tc.fencedFrames.Load(), DuplicateFrames: r.tc.dupFrames.Load(), BackpressureSignals: r.tc.bpSignals.Load(),
 		SlowConsumers: r.tc.slowConsumers.Load(), Reconnects: r.tc.reconnects.Load(),
 		PublishErrors: r.tc.publishErrors.Load(), Unaccounted: max(0, r.inFlight()),

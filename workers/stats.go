@@ -90,6 +90,7 @@ type transportCounters struct {
 	sentRecords, doneRecords  atomic.Int64 // for the end-of-run accounting
 	discardedRecords          atomic.Int64 // dropped by a stopping task
 	ackMsgs                   atomic.Int64
+	ackRides                  atomic.Int64 // ACKs that rode on a child record (boltExec.Ack)
 	dupFrames                 atomic.Int64 // delivered twice: dropped
 	bpSignals                 atomic.Int64 // backpressure signals sent
 	nacks                     atomic.Int64 // NACKs sent for missing frames
@@ -227,8 +228,12 @@ type Summary struct {
 	NATSRecordsOut                int64 // records that crossed NATS
 	LocalRecords                  int64 // records handed over inside a worker
 	AckMessages                   int64
-	BadFrames                     int64
-	FencedRecords                 int64
+	// AckRides counts the ACKs of bolt inputs that rode on one of the
+	// input's child records, still unsent, instead of going to an acker:
+	// the acker gets their value when that child is acked.
+	AckRides      int64
+	BadFrames     int64
+	FencedRecords int64
 	// FencedFrames counts frames of another generation dropped in cluster
 	// mode (a worker paused past its lease, or a stale frame).
 	FencedFrames        int64
