@@ -784,7 +784,9 @@ func (b *boltExec) Ack(in *topology.Tuple) {
 		}
 		b.filter.Completed(in.ID)
 	}
-	if c := tr.Carrier; c != nil && holder < 0 && len(tr.Anchors) == 1 && c.Tree == tr.Anchors[0].Tree && b.out.holds(int(tr.CarrierDst), int(tr.CarrierIdx), c) {
+	// carry set Carrier only for a tuple in one tree, and only an anchor
+	// in that tree.
+	if c := tr.Carrier; c != nil && holder < 0 && b.out.holds(int(tr.CarrierDst), int(tr.CarrierIdx), c) {
 		// The ACK rides on a child still in the outbox: the acker gets
 		// its value when that child is acked, one message fewer per
 		// input. The child's anchor then no longer holds its own edge but
