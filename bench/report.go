@@ -36,6 +36,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprint(w, " ms)")
 	}
 	fmt.Fprintln(w)
+	if len(l.CoresRuns) > 0 {
+		fmt.Fprintf(w, "processors busy in the latency runs (the process's CPU time over their time, NATS server included): %s of %d\n", fixed2(l.CoresRuns), r.Machine.CPUs)
+	}
 	if h := l.HostStalls; h.Seconds > 0 {
 		fmt.Fprintf(w, "host stalls before the latency runs (a thread spinning on each processor for %.0f s): %.1f over 1 ms a second per processor, the longest %.1f ms, %.2f%% of the time lost\n", h.Seconds, h.PerSec, h.LongestMs, 100*h.LostShare)
 	}

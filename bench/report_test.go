@@ -51,3 +51,35 @@ func TestBloomGoalSaysItsBound(t *testing.T) {
 		t.Fatalf("the table does not show the bound:\n%s", out)
 	}
 }
+
+// TestP99GoalSaysWhenTheRunsWereSaturated: the table gives the processors
+// each latency run kept busy, and the p99 goal says that the host was
+// saturated, and what to do, when the runs' median reached saturatedShare
+// of the machine's processors, and says nothing of it below.
+func TestP99GoalSaysWhenTheRunsWereSaturated(t *testing.T) {
+	for _, c := range []struct {
+		cores     []float64
+		saturated bool
+	}{{[]float64{1.4, 1.5, 1.45}, false}, {[]float64{1.95, 1.7, 1.79}, false}, {[]float64{1.95, 1.7, 1.9}, true}, {nil, false}} {
+		r := saneReport()
+		r.Rows = append(r.Rows, Row{Name: "at-most-once", RecordsPerSec: 3e6}, Row{Name: "raw-nats", RecordsPerSec: 1e6}, Row{Name: "jetstream-chain", RecordsPerSec: 1e5})
+		r.Latency.CoresRuns = c.cores
+		r.Goals = nil
+		(&suite{rep: r}).goals()
+		var b strings.Builder
+		r.WriteTable(&b)
+		out := b.String()
+		if got := strings.Contains(out, "so this p99 is a saturated host's; run `ackflow bench` again"); got != c.saturated {
+			t.Errorf("runs busy %v of 2 processors: the p99 goal says saturated: %v, want %v\n%s", c.cores, got, c.saturated, out)
+		}
+		if c.saturated && !strings.Contains(out, "kept 1.90 of the 2 processors busy") {
+			t.Errorf("the note does not give the runs' median:\n%s", out)
+		}
+		if busy := strings.Contains(out, "processors busy in the latency runs"); busy != (c.cores != nil) {
+			t.Errorf("runs busy %v: the table gives them: %v\n%s", c.cores, busy, out)
+		}
+		if c.cores != nil && !strings.Contains(out, fixed2(c.cores)+" of 2") {
+			t.Errorf("the table does not list every run's processors (%s):\n%s", fixed2(c.cores), out)
+		}
+	}
+}

@@ -14,12 +14,18 @@ const maxRecordsPerSec = 1e9
 // minRowSeconds is the shortest run a row's rate can be measured over.
 const minRowSeconds = 0.001
 
+// maxBusyShare is the most of the machine's processors a run can keep
+// busy: all of them, with room for the two clocks (the process's CPU time
+// and the wall time) being read a few microseconds apart.
+const maxBusyShare = 1.02
+
 // Impossible lists the figures of the report that cannot be true: a
 // negative, infinite or NaN number anywhere (a time, a rate, a byte count
 // after an unsigned underflow), percentiles out of order, a row whose rate
 // does not match its records and seconds, a memory figure larger than the
 // heap the process ever had, a CPU breakdown whose parts do not add up, a
-// host stall longer than the time measured, a median or ratio that is not
+// host stall longer than the time measured, a run busier than the
+// machine's processors, a median or ratio that is not
 // the median or ratio of its figures.
 // An empty list means every figure is possible, not that it is right.
 // `ackflow bench` refuses to print a report with any.
@@ -58,6 +64,13 @@ func (r *Report) Impossible() []string {
 	}
 	if l := r.Loss; l.CleanSeconds > 0 && math.Abs(l.Ratio-l.LossySeconds/l.CleanSeconds) > 1e-9*l.Ratio {
 		add("loss ratio %.2f is not %.3f s lossy over %.3f s clean", l.Ratio, l.LossySeconds, l.CleanSeconds)
+	}
+	if n := r.Machine.CPUs; n > 0 {
+		for i, c := range r.Latency.CoresRuns {
+			if c > maxBusyShare*float64(n) {
+				add("latency run %d kept %.2f processors busy, more than the %d the machine has", i+1, c, n)
+			}
+		}
 	}
 	if h := r.Latency.HostStalls; h.LongestMs > h.Seconds*1000 || h.LostShare > 1 || h.PerSec > 1000 {
 		add("host stalls: the longest %.1f ms, %.2f of the time lost and %.0f a second over 1 ms, in %.1f s of spinning", h.LongestMs, h.LostShare, h.PerSec, h.Seconds)
