@@ -38,7 +38,7 @@ func TestGarbageOnControlSubjectsIsCountedAndDropped(t *testing.T) {
 	sink := flowtest.NewSink()
 	topo := numbersTopology(t, "hostile", func() topology.Spout { return &rewindable{numbers{n: n, d: 1500 * time.Millisecond}} },
 		func() topology.Bolt { return &pass{} }, sink)
-	control := [][]byte{nil, []byte("bp"), []byte("bp x"), []byte("bp 99"), []byte("bp -1"), []byte("bpoff"), []byte("bpoff x"), []byte("bpoff 7"), []byte("dead 0"), []byte("dead 0 x 1 2"),
+	control := [][]byte{nil, []byte("bp"), []byte("bp x"), []byte("bp 99"), []byte("bp -1"), []byte("bpoff"), []byte("bpoff x"), []byte("bpoff 7"), []byte("bplog"), []byte("bplog x"), []byte("bplog 99"), []byte("dead 0"), []byte("dead 0 x 1 2"),
 		[]byte("ckpt"), []byte("ckpt pause x 1"), []byte("ckpt explode 1 1"), []byte("zzz 0"), bytes.Repeat([]byte("x "), 50_000)}
 	replies := [][]byte{nil, []byte("{"), []byte("not json"), bytes.Repeat([]byte{0xff}, 300)}
 	oversized := bytes.Repeat([]byte{0xa5}, 1<<20)

@@ -195,29 +195,28 @@ func (s *spoutExec) run(ctx context.Context) {
 			return
 		}
 		busy := false
-		if s.canEmit() {
-			if len(s.replayQ) > 0 {
-				n := min(len(s.replayQ), s.r.cfg.BatchSize)
-				for _, p := range s.replayQ[:n] {
-					if !p.done {
-						s.replay(p)
-					}
+		switch replay, read := s.mayEmit(); {
+		case replay:
+			n := min(len(s.replayQ), s.r.cfg.BatchSize)
+			for _, p := range s.replayQ[:n] {
+				if !p.done {
+					s.replay(p)
 				}
-				s.replayQ = append(s.replayQ[:0], s.replayQ[n:]...)
-				busy = true
-			} else if !s.exhausted && s.paused == nil {
-				before := s.emitted
-				err := s.guard("Next", func() error { return s.spout.Next(ctx) })
-				switch {
-				case errors.Is(err, topology.ErrExhausted):
-					s.exhausted = true
-					s.r.exhausted[s.info.id].Store(true)
-				case err != nil && ctx.Err() == nil:
-					s.r.abort(err)
-					return
-				}
-				busy = s.emitted > before
 			}
+			s.replayQ = append(s.replayQ[:0], s.replayQ[n:]...)
+			busy = true
+		case read:
+			before := s.emitted
+			err := s.guard("Next", func() error { return s.spout.Next(ctx) })
+			switch {
+			case errors.Is(err, topology.ErrExhausted):
+				s.exhausted = true
+				s.r.exhausted[s.info.id].Store(true)
+			case err != nil && ctx.Err() == nil:
+				s.r.abort(err)
+				return
+			}
+			busy = s.emitted > before
 		}
 		s.r.pending[s.info.id].Store(int64(len(s.pending) + len(s.replayQ) + len(s.delayed)))
 		if busy {
@@ -274,16 +273,29 @@ func (s *spoutExec) guard(what string, fn func() error) (err error) {
 	return err
 }
 
-func (s *spoutExec) canEmit() bool {
-	throttled := s.w.throttled.Load()
+// mayEmit reports whether the spout may replay failed roots now, and
+// whether it may read its source. Full queues anywhere pause both; full
+// output logs stop reads only (DESIGN.md section 4), since only a failed
+// tree's replay trims the entries it left in them (pressure, logsFull).
+// The spout's own bounds, on pending bytes and its pending window, hold
+// back both; a failed root has left them, so they never hold back its
+// replay for long.
+func (s *spoutExec) mayEmit() (replay, read bool) {
+	p := pressure(s.w.throttle.Load())
+	replay = p < queuesFull && len(s.replayQ) > 0
+	read = p == noPressure && !s.exhausted && s.paused == nil
 	if !s.track {
-		return !throttled
+		return replay, read
+	}
+	if s.pendingBytes >= s.r.cfg.MaxPendingBytes {
+		replay, read = false, false
 	}
 	// The window holds the spout back only when nothing else does and it
 	// has records to emit (pendingWindow.admits).
-	other := throttled || s.pendingBytes >= s.r.cfg.MaxPendingBytes
-	wants := !other && (len(s.replayQ) > 0 || (!s.exhausted && s.paused == nil))
-	return s.window.admits(len(s.pending), wants) && !other
+	if !s.window.admits(len(s.pending), replay || read) {
+		return false, false
+	}
+	return replay, read
 }
 
 func (s *spoutExec) housekeep(now time.Time) {

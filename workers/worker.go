@@ -29,10 +29,10 @@ type Worker struct {
 	execs       []executor
 	wg          sync.WaitGroup
 
-	bp        backpressure
-	epochs    []atomic.Uint64 // per slot: newest incarnation known
-	throttled atomic.Bool     // some worker is congested: spouts pause
-	crashed   atomic.Bool
+	bp       backpressure
+	epochs   []atomic.Uint64 // per slot: newest incarnation known
+	throttle atomic.Int32    // a pressure: the most any worker asks of the spouts
+	crashed  atomic.Bool
 
 	// recordLimit is the most bytes one record may take in a frame: the
 	// server's max payload less room for the frame's header.
@@ -139,7 +139,7 @@ func startWorker(parent context.Context, r *run, slot int, incarnation uint64, e
 	w := &Worker{
 		r: r, slot: slot, incarnation: incarnation, nc: nc, ctx: ctx, cancel: cancel,
 		tasks:       make([]*task, len(r.plan.tasks)),
-		bp:          backpressure{last: make([]atomic.Int64, r.plan.workers)},
+		bp:          newBackpressure(r.plan.workers),
 		epochs:      make([]atomic.Uint64, r.plan.workers),
 		recordLimit: int(nc.MaxPayload()) - frameHeadroom,
 	}
@@ -309,7 +309,8 @@ func (w *Worker) fence(f *wire.Frame) {
 	f.Records = f.Records[:n]
 }
 
-// onControl handles the topology's control subject: "bp <slot>",
+// onControl handles the topology's control subject: "bp <slot>" (full
+// queues), "bplog <slot>" (full output logs), "bpoff <slot>",
 // "dead <slot> <incarnation> <crash id> <unix nanos> <generation>" (the
 // slot moved to a new owner in that generation) and
 // "ckpt <op> <epoch> <generation>".
@@ -324,17 +325,18 @@ func (w *Worker) onControl(m *nats.Msg) {
 		return
 	}
 	slot, err := strconv.Atoi(fields[1])
-	if err != nil || slot < 0 || slot >= len(w.bp.last) {
+	if err != nil || slot < 0 || slot >= len(w.bp.queues) {
 		w.badControl(m)
 		return
 	}
 	switch fields[0] {
-	case "bp":
-		w.bp.on(slot, time.Now())
-		w.throttled.Store(true)
+	case "bp", "bplog":
+		now := time.Now()
+		w.bp.on(slot, now, signalled[fields[0]])
+		w.throttle.Store(int32(w.bp.level(now)))
 	case "bpoff":
 		w.bp.off(slot)
-		w.throttled.Store(w.bp.any(time.Now()))
+		w.throttle.Store(int32(w.bp.level(time.Now())))
 	case "dead":
 		if len(fields) != 6 {
 			w.badControl(m)
@@ -411,8 +413,8 @@ func (w *Worker) onCheckpoint(fields []string) {
 // membership entry, which cluster.Members renews.)
 func (w *Worker) housekeeping(ctx context.Context) {
 	r := w.r
-	bp := []byte(fmt.Sprintf("bp %d", w.slot))
-	bpoff := []byte(fmt.Sprintf("bpoff %d", w.slot))
+	signal := map[pressure][]byte{queuesFull: fmt.Appendf(nil, "bp %d", w.slot), logsFull: fmt.Appendf(nil, "bplog %d", w.slot)}
+	bpoff := fmt.Appendf(nil, "bpoff %d", w.slot)
 	signalling := false
 	check := time.NewTicker(bpCheckEvery)
 	defer check.Stop()
@@ -421,11 +423,11 @@ func (w *Worker) housekeeping(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-check.C:
-			switch {
-			case w.congested():
+			switch p := w.congestion(); {
+			case p != noPressure:
 				signalling = true
-				w.bp.on(w.slot, now)
-				w.nc.Publish(r.ctlSubject, bp)
+				w.bp.on(w.slot, now, p)
+				w.nc.Publish(r.ctlSubject, signal[p])
 				r.tc.bpSignals.Add(1)
 			case signalling:
 				// Drained: the spouts go on now, not when the last
@@ -436,7 +438,7 @@ func (w *Worker) housekeeping(ctx context.Context) {
 			}
 			// A signal handled between the reading and the store below
 			// makes the spouts pause one check later.
-			w.throttled.Store(w.bp.any(now))
+			w.throttle.Store(int32(w.bp.level(now)))
 		}
 	}
 }
@@ -451,50 +453,100 @@ const (
 	bpHold = 100 * time.Millisecond
 )
 
+// pressure is what a congested worker asks of the spouts, in increasing
+// order.
+type pressure int32
+
+const (
+	noPressure pressure = iota
+	// logsFull: an output log is at its bound. The spouts stop reading
+	// their sources (DESIGN.md section 4) but go on replaying: a replay is
+	// not a read, and only a failed tree's replay trims the entries that
+	// tree left in the logs. Held back, the replays waited for those
+	// entries to expire after logExpiry message timeouts, and then ran
+	// the bolts' user code again for inputs their dedup had seen.
+	logsFull
+	// queuesFull: an inbox or a NATS backlog is above its mark. The spouts
+	// pause, replays too, until the queues drain, which they do by
+	// themselves.
+	queuesFull
+)
+
+// signalled is the pressure each backpressure signal stands for.
+var signalled = map[string]pressure{"bp": queuesFull, "bplog": logsFull}
+
 // backpressure is what a worker knows of the run's congested workers: when
-// each last signalled, 0 for none or released. A congested worker repeats
-// its signal every bpCheckEvery and releases it ("bpoff") once its queues
-// are back under their marks, as Storm 2's workers report their tasks in
-// and out of backpressure. Without the release the spouts stood still for
-// bpHold after the queues had drained, and at-most-once word count, which
-// only backpressure paces, ran slower than at-least-once.
-type backpressure struct{ last []atomic.Int64 }
+// each last signalled full queues and full logs, 0 for none or released. A
+// congested worker repeats its signal every bpCheckEvery and releases it
+// ("bpoff") once its queues and logs are back under their marks, as Storm
+// 2's workers report their tasks in and out of backpressure. Without the
+// release the spouts stood still for bpHold after the queues had drained,
+// and at-most-once word count, which only backpressure paces, ran slower
+// than at-least-once.
+type backpressure struct{ queues, logs []atomic.Int64 }
 
-func (b *backpressure) on(slot int, now time.Time) { b.last[slot].Store(now.UnixNano()) }
+func newBackpressure(workers int) backpressure {
+	return backpressure{queues: make([]atomic.Int64, workers), logs: make([]atomic.Int64, workers)}
+}
 
-func (b *backpressure) off(slot int) { b.last[slot].Store(0) }
+// on records slot's signal of p; a worker signals one pressure at a time,
+// the higher of what it sees.
+func (b *backpressure) on(slot int, now time.Time, p pressure) {
+	if p == queuesFull {
+		b.queues[slot].Store(now.UnixNano())
+		b.logs[slot].Store(0)
+		return
+	}
+	b.logs[slot].Store(now.UnixNano())
+	b.queues[slot].Store(0)
+}
 
-// any reports whether a worker signalled within bpHold before now and has
-// not released.
-func (b *backpressure) any(now time.Time) bool {
+func (b *backpressure) off(slot int) {
+	b.queues[slot].Store(0)
+	b.logs[slot].Store(0)
+}
+
+// level is the highest pressure a worker signalled within bpHold before
+// now and has not released.
+func (b *backpressure) level(now time.Time) pressure {
 	recent := now.Add(-bpHold).UnixNano()
-	for i := range b.last {
-		if b.last[i].Load() > recent {
-			return true
+	p := noPressure
+	for i := range b.queues {
+		switch {
+		case b.queues[i].Load() > recent:
+			return queuesFull
+		case b.logs[i].Load() > recent:
+			p = logsFull
 		}
 	}
-	return false
+	return p
 }
 
 // ctrlHighWater is the control queue length, in frames, past which a worker
 // signals backpressure.
 const ctrlHighWater = 1024
 
-// congested reports whether a local task's inbox or NATS backlog is above
-// its high-water mark.
-func (w *Worker) congested() bool {
+// congestion reports whether a local task's inbox or NATS backlog is
+// above its high-water mark (queuesFull), else whether a local task's
+// output log is at its bound (logsFull).
+func (w *Worker) congestion() pressure {
 	high := w.r.cfg.QueueSize * 3 / 4
-	for _, t := range w.tasks {
-		if t != nil && (len(t.data) >= high || t.ctrl.len() >= ctrlHighWater || w.r.logFull[t.info.id].Load()) {
-			return true
-		}
-	}
 	for _, s := range w.subs {
 		if n, _, err := s.Pending(); err == nil && n > w.r.cfg.QueueSize {
-			return true
+			return queuesFull
 		}
 	}
-	return false
+	p := noPressure
+	for _, t := range w.tasks {
+		switch {
+		case t == nil:
+		case len(t.data) >= high || t.ctrl.len() >= ctrlHighWater:
+			return queuesFull
+		case w.r.logFull[t.info.id].Load():
+			p = logsFull
+		}
+	}
+	return p
 }
 
 // crash kills the worker abruptly: its connection closes without draining,

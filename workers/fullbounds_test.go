@@ -1,0 +1,117 @@
+package workers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ackflow/ackflow/flowtest"
+	"github.com/ackflow/ackflow/sources"
+	"github.com/ackflow/ackflow/topology"
+	"github.com/ackflow/ackflow/workers"
+)
+
+// fan is a stateful bolt that emits two outputs per input, each carrying
+// size bytes.
+type fan struct {
+	out  topology.Collector
+	runs *runs
+	size int
+}
+
+func (f *fan) Prepare(_ topology.TaskContext, out topology.Collector) error {
+	f.out = out
+	return nil
+}
+
+func (f *fan) Execute(in *topology.Tuple) {
+	n, _ := in.Int(0)
+	f.runs.add(n)
+	f.out.Emit(in, topology.Values{2 * n, make([]byte, f.size)})
+	f.out.Emit(in, topology.Values{2*n + 1, make([]byte, f.size)})
+	f.out.Ack(in)
+}
+
+func (f *fan) Cleanup() error            { return nil }
+func (f *fan) Snapshot() ([]byte, error) { return nil, nil }
+func (f *fan) Restore([]byte) error      { return nil }
+
+// runFull runs topo at-least-once on 2 workers with a short message
+// timeout and the given bounds, and fails the test if it takes as long as
+// the log entries of a failed tree live (logExpiry, 10 message timeouts):
+// a replay that waits that long finds its entries gone and runs user code
+// again.
+func runFull(t *testing.T, topo *topology.Topology, configure func(*workers.Config)) *workers.Summary {
+	t.Helper()
+	const timeout = 500 * time.Millisecond
+	sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{
+		Guarantee:      workers.AtLeastOnce,
+		Workers:        2,
+		MessageTimeout: timeout,
+		Timeout:        time.Minute,
+		Configure: func(c *workers.Config) {
+			c.MaxAttempts = 0 // every record must arrive; none may be given up on
+			configure(c)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Duration >= 10*timeout {
+		t.Errorf("the run took %v, ten message timeouts or more: the replays waited for the full bound to empty by itself", sum.Duration.Round(time.Millisecond))
+	}
+	return sum
+}
+
+// TestFullOutputLogStillReplays: a stateful bolt's output log at its bound
+// stops the spouts reading, not replaying. Only a failed tree's replay
+// trims the entries the tree left in the log; held back, the replays
+// waited until the entries expired (10 message timeouts), and then ran the
+// bolt's user code again for inputs its dedup had seen (found by the
+// randshapes hunt: exactly-once state counted those inputs twice).
+func TestFullOutputLogStillReplays(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 600
+	ran := newRuns()
+	sink := flowtest.NewSink().FailFirst(0.5)
+	b := topology.NewBuilder("full-log")
+	b.Spout("numbers", sources.NewSequence(n, func(i int64) topology.Values { return topology.Values{i} }), 1).Outputs("n")
+	b.Bolt("fan", func() topology.Bolt { return &fan{runs: ran, size: 1 << 10} }, 2).Input("numbers", topology.Shuffle()).Outputs("n", "blob")
+	b.Bolt("sink", sink.StatefulBolt, 2).Input("fan", topology.Fields("n"))
+	sum := runFull(t, build(t, b), func(c *workers.Config) { c.Log.MaxEntries = 16 })
+	ran.expect(t, "fan", n, 1)
+	expectSink(t, sink, 2*n, 1)
+	c := sum.Component("fan")
+	if c.LogExpired != 0 {
+		t.Fatalf("%d of fan's log entries expired", c.LogExpired)
+	}
+	if c.LogPeakEntries < 16 {
+		t.Fatalf("fan's log peaked at %d entries, never full: the test proves nothing", c.LogPeakEntries)
+	}
+	if sum.Component("sink").Failed == 0 {
+		t.Fatal("the sink failed nothing: no replay was needed and the test proves nothing")
+	}
+}
+
+// TestSpoutByteBoundStillReplays: the spout's bound on the bytes of its
+// pending roots holds back reads and replays alike, yet never stalls: a
+// failed root leaves the pending roots and their bytes until its replay,
+// so even when every root in flight fails, the bound has room for the
+// replays.
+func TestSpoutByteBoundStillReplays(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 400
+	// Every first delivery fails: in time every root the spout holds is a
+	// failed one.
+	sink := flowtest.NewSink().FailFirst(1)
+	b := topology.NewBuilder("full-spout")
+	b.Spout("numbers", sources.NewSequence(n, func(i int64) topology.Values { return topology.Values{i, make([]byte, 16<<10)} }), 1).Outputs("n", "blob")
+	b.Bolt("sink", sink.StatefulBolt, 2).Input("numbers", topology.Shuffle())
+	sum := runFull(t, build(t, b), func(c *workers.Config) { c.MaxPendingBytes = 256 << 10 })
+	expectSink(t, sink, n, 1)
+	if sum.Component("sink").Failed == 0 {
+		t.Fatal("the sink failed nothing: no replay was needed and the test proves nothing")
+	}
+}
