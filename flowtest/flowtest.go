@@ -23,7 +23,8 @@ type Options struct {
 	MessageTimeout time.Duration
 	// Timeout bounds the whole run (default 2 minutes).
 	Timeout time.Duration
-	// Logger receives the runtime's logs (default: none).
+	// Logger receives the runtime's logs (default: workers.DefaultConfig's,
+	// warnings and errors to stderr).
 	Logger *zerolog.Logger
 	// Configure, if set, edits the full runtime config last.
 	Configure func(*workers.Config)

@@ -218,7 +218,10 @@ type Summary struct {
 	Placement string
 	Duration  time.Duration
 
-	SourceRecords int64 // distinct root records the spouts read (replays excluded)
+	// SourceRecords counts the root records the spouts read from their
+	// sources, replays excluded. Exactly-once, the records a spout reads
+	// again after a rollback to a checkpoint count again.
+	SourceRecords int64
 	Records       int64 // records emitted by all components, replays included
 	RecordsPerSec float64
 	Components    []ComponentSummary
