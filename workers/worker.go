@@ -171,14 +171,7 @@ func startWorker(parent context.Context, r *run, slot int, incarnation uint64, e
 		if t == nil {
 			continue
 		}
-		// A queue subscription: while a slot moves, its old and new owner
-		// may both be subscribed for a moment, and NATS then hands each
-		// frame to one of them, never to both. With plain subscriptions
-		// both ran the frame's records, and at-most-once processed them
-		// twice (randshapes, amo-crash); a frame the old owner takes is a
-		// lost frame to the new one, which the resend ring recovers when
-		// the guarantee has one.
-		sub, err := nc.QueueSubscribe(r.subjects[i], "task", func(m *nats.Msg) { w.onFrame(t, m) })
+		sub, err := nc.Subscribe(r.subjects[i], func(m *nats.Msg) { w.onFrame(t, m) })
 		if err != nil {
 			return fail(fmt.Errorf("workers: worker %d cannot subscribe to %s: %w", slot, r.subjects[i], err))
 		}
