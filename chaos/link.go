@@ -136,3 +136,18 @@ func (l *Link) Waiting() int {
 	}
 	return n
 }
+
+// HeldRecords reports how many records the data frames the link still
+// holds carry: a task that stops with them held never sends them.
+func (l *Link) HeldRecords() int64 {
+	var n int64
+	if l.held != nil && l.held.f.Kind == wire.KindData {
+		n += int64(len(l.held.f.Records))
+	}
+	for _, d := range l.delayed {
+		if d.f.Kind == wire.KindData {
+			n += int64(len(d.f.Records))
+		}
+	}
+	return n
+}

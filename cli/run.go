@@ -450,13 +450,15 @@ func printSummary(w io.Writer, s *workers.Summary) {
 		}
 		fmt.Fprintf(w, "recovery after each crash (until every tree its failovers replayed completed): %s\n", strings.Join(parts, ", "))
 	}
+	replay := "; their trees were replayed)"
+	if s.Guarantee == workers.AtMostOnce {
+		replay = "; at-most-once does not replay them)"
+	}
 	if s.Unaccounted > 0 {
-		fmt.Fprintf(w, "%d records were sent but never processed (lost in transit or in a crashed worker", s.Unaccounted)
-		if s.Guarantee == workers.AtMostOnce {
-			fmt.Fprintln(w, "; at-most-once does not replay them)")
-		} else {
-			fmt.Fprintln(w, "; their trees were replayed)")
-		}
+		fmt.Fprintf(w, "%d records were sent but never processed (lost in transit or in a crashed worker%s\n", s.Unaccounted, replay)
+	}
+	if s.Discarded > 0 {
+		fmt.Fprintf(w, "%d records were dropped unprocessed by tasks that stopped or crashed, or could not be sent%s\n", s.Discarded, replay)
 	}
 }
 

@@ -1300,8 +1300,8 @@ func workersFor(sh *shape, rc runCfg) int {
 
 func summaryLine(s *workers.Summary) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "source records %d, records %d, unaccounted %d, fenced %d, publish errors %d, log entries %d, bad frames %d, lost frames %d, NACKs %d, resent %d, resend misses %d, dup frames %d, chaos %+v, dead-lettered %d",
-		s.SourceRecords, s.Records, s.Unaccounted, s.FencedRecords, s.PublishErrors, s.LogEntries, s.BadFrames, s.LostFrames, s.NACKs, s.Resent, s.ResendMisses, s.DuplicateFrames, s.Chaos, s.DeadLettered)
+	fmt.Fprintf(&b, "source records %d, records %d, unaccounted %d, discarded %d, fenced %d, publish errors %d, log entries %d, bad frames %d, lost frames %d, NACKs %d, resent %d, resend misses %d, dup frames %d, chaos %+v, dead-lettered %d",
+		s.SourceRecords, s.Records, s.Unaccounted, s.Discarded, s.FencedRecords, s.PublishErrors, s.LogEntries, s.BadFrames, s.LostFrames, s.NACKs, s.Resent, s.ResendMisses, s.DuplicateFrames, s.Chaos, s.DeadLettered)
 	for _, c := range s.Components {
 		fmt.Fprintf(&b, "\n    %s: emitted %d executed %d acked %d failed %d replayed %d timed-out %d dups-dropped %d re-emitted %d re-executed %d suspects %d parked %d log-peak %d log-expired %d dead-lettered %d emit-errors %d panics %d",
 			c.Name, c.Emitted, c.Executed, c.Acked, c.Failed, c.Replayed, c.TimedOut, c.DuplicatesDropped, c.ReEmitted, c.ReExecuted, c.Suspects, c.Parked, c.LogPeakEntries, c.LogExpired, c.DeadLettered, c.EmitErrors, c.Panics)
@@ -1546,19 +1546,17 @@ func amoAccounting(sh *shape, o *oracle, rec *recorder, sinks map[string]*flowte
 		shortfall += max(0, missing-failures)
 	}
 	// Fenced records (from a crashed worker's earlier incarnation) are
-	// dropped and counted, and what is still in flight at the end is
-	// unaccounted. Frames a crashing worker could not publish are counted
-	// as frames (PublishErrors) but their records in no figure
-	// (outbox.undeliverable adds them to the discarded records, which
-	// Unaccounted leaves out): with publish errors the shortfall has no
-	// bound to check.
-	accounted := sum.Chaos.RecordsDropped + sum.Unaccounted + sum.FencedRecords
-	if shortfall > accounted && sum.PublishErrors == 0 {
-		problems = append(problems, fmt.Sprintf("SILENT LOSS: %d deliveries missing between emitter and receiver, the runtime accounts for %d (%d dropped by chaos, %d unaccounted, %d fenced; %d publish errors)",
-			shortfall, accounted, sum.Chaos.RecordsDropped, sum.Unaccounted, sum.FencedRecords, sum.PublishErrors))
+	// dropped and counted, what is still in flight at the end is
+	// unaccounted, and what stopping or crashing tasks dropped (queued
+	// for them, left unsent in their outboxes, or unpublishable) is
+	// discarded.
+	accounted := sum.Chaos.RecordsDropped + sum.Unaccounted + sum.FencedRecords + sum.Discarded
+	if shortfall > accounted {
+		problems = append(problems, fmt.Sprintf("SILENT LOSS: %d deliveries missing between emitter and receiver, the runtime accounts for %d (%d dropped by chaos, %d unaccounted, %d fenced, %d discarded)",
+			shortfall, accounted, sum.Chaos.RecordsDropped, sum.Unaccounted, sum.FencedRecords, sum.Discarded))
 	}
-	return problems, fmt.Sprintf("at-most-once: %d deliveries short of what was emitted; %d dropped by chaos, %d unaccounted, %d fenced; %d publish errors",
-		shortfall, sum.Chaos.RecordsDropped, sum.Unaccounted, sum.FencedRecords, sum.PublishErrors)
+	return problems, fmt.Sprintf("at-most-once: %d deliveries short of what was emitted; %d dropped by chaos, %d unaccounted, %d fenced, %d discarded; %d publish errors",
+		shortfall, sum.Chaos.RecordsDropped, sum.Unaccounted, sum.FencedRecords, sum.Discarded, sum.PublishErrors)
 }
 
 // ---------------------------------------------------------------------

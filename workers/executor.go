@@ -89,8 +89,9 @@ func newBase(ctx context.Context, t *task) base {
 }
 
 // releaseBuffers returns the task's resend ring to its pool once the task has
-// stopped.
+// stopped, and counts the records it leaves unsent.
 func (b *base) releaseBuffers() {
+	b.r.tc.unsentRecords.Add(b.out.unsent())
 	if b.out.resend != nil {
 		b.out.resend.release()
 	}

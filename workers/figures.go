@@ -334,6 +334,7 @@ func (s *Summary) addCounts(o *Summary) {
 	s.SlowConsumers += o.SlowConsumers
 	s.Reconnects += o.Reconnects
 	s.PublishErrors += o.PublishErrors
+	s.Discarded += o.Discarded
 	s.NACKs += o.NACKs
 	s.Resent += o.Resent
 	s.ResendMisses += o.ResendMisses

@@ -297,8 +297,10 @@ func (o *outbox) undeliverable(f *wire.Frame, why string) {
 		// frames go nowhere, and its state is restored elsewhere.
 		r.warn.Error().Int("task", o.src).Str("kind", f.Kind.String()).Int("items", f.Len()).Msg(why)
 	}
+	// Not counted as sent, so unsent: discarded records are subtracted
+	// from those sent.
+	r.tc.unsentRecords.Add(int64(len(f.Records)))
 	if f.Kind != wire.KindData || o.resend == nil {
-		r.tc.discardedRecords.Add(int64(len(f.Records)))
 		return
 	}
 	for _, rec := range f.Records {
@@ -306,7 +308,19 @@ func (o *outbox) undeliverable(f *wire.Frame, why string) {
 			o.failed = append(o.failed, failedRecord{tree: a.Tree, err: why})
 		}
 	}
-	r.tc.discardedRecords.Add(int64(len(f.Records)))
+}
+
+// unsent counts the records a stopped task leaves in its outbox: emitted
+// into batches never flushed (a crash skips the flush), or held by chaos.
+func (o *outbox) unsent() int64 {
+	var n int64
+	for _, recs := range o.recs {
+		n += int64(len(recs))
+	}
+	if o.link != nil {
+		n += o.link.HeldRecords()
+	}
+	return n
 }
 
 // failTrees sends FAIL for the trees of records that could not be sent. It

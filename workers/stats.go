@@ -88,7 +88,8 @@ type transportCounters struct {
 	fencedFrames              atomic.Int64 // cluster mode: from another generation: dropped
 	publishErrors             atomic.Int64 // frames that could not be encoded or published
 	sentRecords, doneRecords  atomic.Int64 // for the end-of-run accounting
-	discardedRecords          atomic.Int64 // dropped by a stopping task
+	discardedRecords          atomic.Int64 // sent, then dropped by a stopping task
+	unsentRecords             atomic.Int64 // never sent: unpublishable, or left in a stopping task's outbox
 	ackMsgs                   atomic.Int64
 	ackRides                  atomic.Int64 // ACKs that rode on a child record (boltExec.Ack)
 	dupFrames                 atomic.Int64 // delivered twice: dropped
@@ -248,6 +249,12 @@ type Summary struct {
 	// sent again, or their trees replay.
 	SlowConsumers, Reconnects int64
 	PublishErrors             int64 // frames that could not be sent; their trees were failed
+	// Discarded are records the runtime dropped unprocessed because the
+	// task holding them stopped or crashed (queued for it, or emitted by
+	// it and not yet sent), or because their frame could not be sent. In
+	// at-least-once and exactly-once their trees replay; in at-most-once
+	// they are lost, and counted here.
+	Discarded int64
 	// Loss recovery (at-least-once): NACKs sent for missing frames, frames
 	// sent again, NACKed frames no longer kept, and missing frames given up
 	// on (their trees timed out).
