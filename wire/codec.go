@@ -158,6 +158,7 @@ func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	dst = binary.AppendVarint(dst, int64(f.Src))
 	dst = binary.AppendUvarint(dst, f.Epoch)
 	dst = binary.AppendUvarint(dst, f.Seq)
+	dst = binary.AppendUvarint(dst, f.DstEpoch)
 	var err error
 	switch f.Kind {
 	case KindData:
@@ -436,7 +437,7 @@ func decodeFrame(data []byte, f *Frame, inPlace bool) error {
 		f.clear()
 		return err
 	}
-	f.Kind, f.Src, f.Epoch, f.Seq = kind, d.src, d.epoch, d.seq
+	f.Kind, f.Src, f.Epoch, f.Seq, f.DstEpoch = kind, d.src, d.epoch, d.seq, d.dstEpoch
 	// Empty the slices of the other kinds; records handles f.Records itself.
 	if kind != KindData {
 		f.dropRecords()
@@ -463,7 +464,7 @@ func decodeFrame(data []byte, f *Frame, inPlace bool) error {
 }
 
 func (f *Frame) clear() {
-	f.Kind, f.Src, f.Epoch, f.Seq = 0, 0, 0, 0
+	f.Kind, f.Src, f.Epoch, f.Seq, f.DstEpoch = 0, 0, 0, 0, 0
 	f.dropRecords()
 	f.Acks, f.Notices, f.Links = f.Acks[:0], f.Notices[:0], f.Links[:0]
 }
@@ -491,8 +492,8 @@ type decoder struct {
 	off  int
 	kind Kind
 
-	src        int32
-	epoch, seq uint64
+	src                  int32
+	epoch, seq, dstEpoch uint64
 
 	failed    failKind // zero until a read fails
 	failField string   // what was being read
@@ -556,6 +557,7 @@ func (d *decoder) header() (Kind, int, error) {
 	d.src = d.int32("sender task")
 	d.epoch = d.uvarint("epoch")
 	d.seq = d.uvarint("sequence")
+	d.dstEpoch = d.uvarint("destination epoch")
 	n := d.count("item count", size)
 	if err := d.error(); err != nil {
 		return 0, 0, err

@@ -41,7 +41,7 @@ func nestedMix(depth int) any {
 
 // richData is a data frame that uses every field and every value type.
 func richData() *Frame {
-	return &Frame{Kind: KindData, Src: -2, Epoch: 9, Seq: 1 << 40, Records: []Record{
+	return &Frame{Kind: KindData, Src: -2, Epoch: 9, Seq: 1 << 40, DstEpoch: 5<<20 | 3, Records: []Record{
 		{
 			ID: 0xDEADBEEFCAFEF00D, Stream: "default", SrcTask: 3, Epoch: 7,
 			Anchors: []Anchor{{Tree: 1, Val: 2}, {Tree: math.MaxUint64, Val: 0}},
@@ -92,7 +92,7 @@ func richNotices() *Frame {
 }
 
 func richLinks() *Frame {
-	return &Frame{Kind: KindLink, Src: 4, Epoch: 2, Seq: 17, Links: []LinkMsg{
+	return &Frame{Kind: KindLink, Src: 4, Epoch: 2, Seq: 17, DstEpoch: math.MaxUint64, Links: []LinkMsg{
 		{Type: LinkHWM, Epoch: 2, Seq: 16},
 		{Type: LinkNack, Epoch: 1, Seq: 3, Count: 1},
 		{Type: LinkNack, Epoch: math.MaxUint64, Seq: math.MaxUint64, Count: math.MaxUint64},
@@ -258,7 +258,7 @@ func TestEncodeErrors(t *testing.T) {
 func TestDecodeErrors(t *testing.T) {
 	// src 0, epoch 0, seq 0 follow the kind byte.
 	hdr := func(kind Kind, rest ...byte) []byte {
-		return append([]byte{magic, Version, byte(kind), 0, 0, 0}, rest...)
+		return append([]byte{magic, Version, byte(kind), 0, 0, 0, 0}, rest...)
 	}
 	// A data frame with one record: ID, epoch 0, task 0, empty stream, no
 	// anchors, then the given value count and values.
@@ -384,7 +384,7 @@ func TestDecodeTruncated(t *testing.T) {
 		b := mustEncode(t, f)
 		// The header is everything up to the first item; these frames have
 		// fewer than 128 items, so their count takes one byte.
-		header := len(mustEncode(t, &Frame{Kind: f.Kind, Src: f.Src, Epoch: f.Epoch, Seq: f.Seq}))
+		header := len(mustEncode(t, &Frame{Kind: f.Kind, Src: f.Src, Epoch: f.Epoch, Seq: f.Seq, DstEpoch: f.DstEpoch}))
 		var got Frame
 		for i := range b {
 			err := DecodeFrame(b[:i], &got)
@@ -409,7 +409,7 @@ func TestDecodeTruncated(t *testing.T) {
 // holds; the decoder must refuse them before allocating for them.
 func TestDecodeBoundsAllocation(t *testing.T) {
 	var f Frame
-	big := []byte{magic, Version, byte(KindData), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}
+	big := []byte{magic, Version, byte(KindData), 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}
 	allocs := testing.AllocsPerRun(10, func() { _ = DecodeFrame(big, &f) })
 	// The error message allocates; a slab for 2^32 records would be far more.
 	if allocs > 10 {
@@ -417,7 +417,7 @@ func TestDecodeBoundsAllocation(t *testing.T) {
 	}
 	// A list of 1000 elements in a 1000-byte frame is fine; its length is
 	// bounded by the bytes left, not by the claim.
-	rec := []byte{magic, Version, byte(KindData), 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, tagList, 0xe8, 0x07}
+	rec := []byte{magic, Version, byte(KindData), 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, tagList, 0xe8, 0x07}
 	rec = append(rec, bytes.Repeat([]byte{tagNil}, 1000)...)
 	if err := DecodeFrame(rec, &f); err != nil {
 		t.Fatal(err)
@@ -529,7 +529,7 @@ func TestDecodeInPlace(t *testing.T) {
 // normalize maps empty slices to nil, the only difference a reused Frame
 // may show from a new one.
 func normalize(f *Frame) *Frame {
-	g := &Frame{Kind: f.Kind, Src: f.Src, Epoch: f.Epoch, Seq: f.Seq}
+	g := &Frame{Kind: f.Kind, Src: f.Src, Epoch: f.Epoch, Seq: f.Seq, DstEpoch: f.DstEpoch}
 	if len(f.Acks) > 0 {
 		g.Acks = f.Acks
 	}
@@ -704,7 +704,7 @@ func TestMapEncodingIsCanonical(t *testing.T) {
 // TestDecodeMapKeysInAnyOrder: the encoder sorts keys, but the decoder
 // only refuses a key given twice, not keys out of order.
 func TestDecodeMapKeysInAnyOrder(t *testing.T) {
-	data := []byte{magic, Version, byte(KindData), 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+	data := []byte{magic, Version, byte(KindData), 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
 		tagMap, 2, 1, 'b', tagTrue, 1, 'a', tagFalse}
 	var f Frame
 	if err := DecodeFrame(data, &f); err != nil {
@@ -954,8 +954,8 @@ func TestRecordsLeaveOutWhatTheyShare(t *testing.T) {
 	// Per record: ID 8, flags 1, anchor count 1, anchor 16, value count 1,
 	// value 6; the first also writes its stream (8 bytes).
 	header := len(shared) - 100*(8+1+1+16+1+6) - 8
-	if header != 7 { // magic, version, kind, src, epoch, seq, count: a byte each
-		t.Fatalf("100 records sharing their frame's fields took %d bytes, a header of %d; want 7", len(shared), header)
+	if header != 8 { // magic, version, kind, src, epoch, seq, destination epoch, count: a byte each
+		t.Fatalf("100 records sharing their frame's fields took %d bytes, a header of %d; want 8", len(shared), header)
 	}
 	if want := len(shared) + 100*2; len(apart) != want { // an epoch and a task byte each
 		t.Fatalf("records with their own epoch and task took %d bytes, want %d", len(apart), want)

@@ -10,6 +10,7 @@
 //	Kind        one byte: KindData, KindAck, KindNotice or KindLink
 //	Src         varint: the sending task
 //	Epoch, Seq  uvarints: the sender's epoch and the frame's sequence number
+//	DstEpoch    uvarint: the epoch of the destination's owner, as the sender knew it
 //	uvarint     number of items
 //
 // followed by the items, with no padding and nothing after the last one.

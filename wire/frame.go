@@ -6,8 +6,9 @@ package wire
 // Version 2 added uint64 and map values, the Err of acker messages, the Task
 // and Err of notices, and link frames. Version 3 leaves out of a record the
 // epoch, source task and stream that it shares with its frame and the
-// record before it (a flags byte says which).
-const Version = 3
+// record before it (a flags byte says which). Version 4 added the
+// destination's epoch to the frame header (Frame.DstEpoch).
+const Version = 4
 
 // Kind says what a frame carries.
 type Kind uint8
@@ -129,15 +130,21 @@ type LinkMsg struct {
 // them to drop a frame the network delivered twice, which would otherwise
 // be processed twice (breaking at-most-once) or XOR an ack in twice
 // (stalling its tree until the timeout).
+//
+// DstEpoch is the epoch of the destination's owner as the sender knew it
+// when it sent the frame. While a slot moves, its old and new owner can
+// both be subscribed for a moment and both get the frame; the owner whose
+// epoch it does not name can tell that the frame was not meant for it.
 type Frame struct {
-	Kind    Kind
-	Src     int32
-	Epoch   uint64
-	Seq     uint64
-	Records []Record
-	Acks    []AckMsg
-	Notices []Notice
-	Links   []LinkMsg
+	Kind     Kind
+	Src      int32
+	Epoch    uint64
+	Seq      uint64
+	DstEpoch uint64
+	Records  []Record
+	Acks     []AckMsg
+	Notices  []Notice
+	Links    []LinkMsg
 }
 
 // Len is the number of items the frame carries.

@@ -80,7 +80,7 @@ func fuzzSeeds() []*Frame {
 func fuzzGarbage() [][]byte {
 	// hdr is a header with src 0, epoch 0 and seq 0, then rest.
 	hdr := func(kind Kind, rest ...byte) []byte {
-		return append([]byte{magic, Version, byte(kind), 0, 0, 0}, rest...)
+		return append([]byte{magic, Version, byte(kind), 0, 0, 0, 0}, rest...)
 	}
 	// value is a data frame whose one record holds one value.
 	value := func(v ...byte) []byte {
@@ -112,7 +112,7 @@ func fuzzGarbage() [][]byte {
 // sameFrame is reflect.DeepEqual except that floats compare by their bits,
 // so that a NaN equals itself.
 func sameFrame(a, b *Frame) bool {
-	if a.Kind != b.Kind || a.Src != b.Src || a.Epoch != b.Epoch || a.Seq != b.Seq || len(a.Records) != len(b.Records) ||
+	if a.Kind != b.Kind || a.Src != b.Src || a.Epoch != b.Epoch || a.Seq != b.Seq || a.DstEpoch != b.DstEpoch || len(a.Records) != len(b.Records) ||
 		!reflect.DeepEqual(a.Acks, b.Acks) || !reflect.DeepEqual(a.Notices, b.Notices) || !reflect.DeepEqual(a.Links, b.Links) {
 		return false
 	}

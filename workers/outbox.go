@@ -207,12 +207,12 @@ func (o *outbox) poll(now time.Time) int {
 
 func (o *outbox) send(dst int, f *wire.Frame) {
 	if o.resend != nil {
-		if e := o.w.epochs[o.w.r.plan.assign[dst]].Load(); e != o.dstEpochs[dst] {
+		if e := o.dstEpoch(dst); e != o.dstEpochs[dst] {
 			o.startFor(dst, e)
 		}
 	}
 	o.seq[dst]++
-	f.Src, f.Epoch, f.Seq = int32(o.src), o.w.incarnation, o.seq[dst]
+	f.Src, f.Epoch, f.Seq, f.DstEpoch = int32(o.src), o.w.incarnation, o.seq[dst], o.dstEpoch(dst)
 	if o.resend != nil {
 		if o.resend.keepFrames {
 			o.resend.keepFrame(dst, f)
@@ -336,6 +336,9 @@ func (o *outbox) failTrees() {
 // sendLink sends transport control messages to dst. Link frames carry no
 // sequence number: they are idempotent, and a lost one is sent again.
 func (o *outbox) sendLink(dst int, msgs []wire.LinkMsg) {
-	f := &wire.Frame{Kind: wire.KindLink, Src: int32(o.src), Epoch: o.w.incarnation, Links: slices.Clone(msgs)}
+	f := &wire.Frame{Kind: wire.KindLink, Src: int32(o.src), Epoch: o.w.incarnation, DstEpoch: o.dstEpoch(dst), Links: slices.Clone(msgs)}
 	o.deliver(dst, f)
 }
+
+// dstEpoch is the epoch of dst's owner as far as this worker knows.
+func (o *outbox) dstEpoch(dst int) uint64 { return o.w.epochs[o.w.r.plan.assign[dst]].Load() }

@@ -281,9 +281,17 @@ const frameHeadroom = 4 << 10
 
 // fence removes records from unknown tasks or from a stale incarnation of
 // their worker: a worker that was declared dead and replaced must not be
-// heard from again.
+// heard from again. At most once, it also removes every record of a frame
+// addressed to another owner of this worker's slot (see misaddressed).
 func (w *Worker) fence(f *wire.Frame) {
 	r := w.r
+	if w.misaddressed(f) {
+		n := int64(len(f.Records))
+		r.tc.fencedRecords.Add(n)
+		r.tc.doneRecords.Add(n)
+		f.Records = f.Records[:0]
+		return
+	}
 	// By index, moving a record only once one before it was dropped:
 	// copying each record out and back cost a store-forwarding stall per
 	// record (see appendRecord).
@@ -307,6 +315,20 @@ func (w *Worker) fence(f *wire.Frame) {
 		n++
 	}
 	f.Records = f.Records[:n]
+}
+
+// misaddressed reports whether an at-most-once data frame names another
+// owner of this worker's slot than this one. While a slot moves, its old
+// and new owner can both be subscribed for a moment (each follows the
+// move when it hears of it), and both get every frame; each must run only
+// the frames meant for it, or a record is processed twice. The frame's
+// records are dropped and counted as fenced: a new owner drops what was
+// sent to the old one, and an old owner what was sent to its successor.
+// At-least-once and exactly-once keep them: a stale owner's outputs and
+// acks are fenced where they arrive, and the records the new owner takes
+// would otherwise wait for their trees' replay.
+func (w *Worker) misaddressed(f *wire.Frame) bool {
+	return w.r.cfg.Guarantee == AtMostOnce && f.DstEpoch != w.incarnation
 }
 
 // onControl handles the topology's control subject: "bp <slot>" (full
