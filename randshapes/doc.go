@@ -21,7 +21,9 @@
 // Its first hunt (3,700 runs) found that a full output log held back the
 // spouts' replays until the log's entries expired, after which stateful
 // bolts ran user code again for inputs they had seen
-// (workers.TestFullOutputLogStillReplays pins the fix). amo-crash runs
-// only in a hunt: a few of every hundred of its runs still fail (see
-// runCfg.huntOnly).
+// (workers.TestFullOutputLogStillReplays pins the fix). Its second found
+// that at most once with crashes processed a record twice while a slot
+// moved back (workers.TestTwoOwnersOfAMovingSlotRunEachFrameOnce) and
+// left records that crashes dropped out of the summary
+// (workers.TestAtMostOnceCrashesAccountForEveryRecord).
 package randshapes
