@@ -86,7 +86,9 @@ type Spout interface {
 	// Fail is called when the tree failed or timed out. Unless the spout
 	// implements SelfReplaying, the runtime then replays the record itself.
 	Fail(id MsgID)
-	// Close is called once when the task stops.
+	// Close is called once when the task stops. Every task of the run
+	// stops at once, so emits from Close are refused (they would reach no
+	// one).
 	Close() error
 }
 
@@ -130,6 +132,10 @@ type Bolt interface {
 	// Execute processes one input. The bolt must eventually Ack or Fail it
 	// (or the tree times out). A panic fails the input; the worker survives.
 	Execute(in *Tuple)
+	// Cleanup is called once when the task stops gracefully (never after a
+	// crash). Every task of the run stops at once, so emits from Cleanup
+	// are refused: emit what a bolt holds from Execute, Flush (Flusher) or
+	// a tick instead.
 	Cleanup() error
 }
 

@@ -852,6 +852,7 @@ func (b *boltExec) stop(graceful bool) {
 		maxFloat(&b.cnt.fpBits, st.EstimatedFPRate)
 	}
 	b.out.flush()
+	b.stopping = true
 	if err := b.cleanup(); err != nil {
 		b.tc.Logger.Warn().Err(err).Msg("bolt Cleanup failed")
 	}

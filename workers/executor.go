@@ -25,6 +25,7 @@ type base struct {
 	dsts      []int      // scratch for targets
 	ff        *frameFilter
 	track     bool // at-least-once: anchors and acker messages
+	stopping  bool // Cleanup or Close runs: emits are refused (check)
 	lastCheck time.Time
 	tally     tally
 }
@@ -135,6 +136,10 @@ func (b *base) check(name string, values topology.Values, direct bool) (*streamO
 	var err error
 	size := 0
 	switch {
+	case b.stopping:
+		// Every task of a run or generation stops at once: a record
+		// emitted now would reach no one.
+		err = errors.New("the task is stopping (Cleanup or Close), and the tasks downstream stop with it; emit from Execute, Flush or a tick (TickEvery) instead")
 	case so == nil:
 		err = fmt.Errorf("the stream is not declared; declare it with .Stream(%q, fields...) or .Outputs(fields...)", name)
 	case len(values) != so.schema.Len():

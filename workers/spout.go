@@ -772,6 +772,7 @@ func (s *spoutExec) stop(graceful bool) {
 		return
 	}
 	s.out.flush()
+	s.stopping = true
 	if err := s.guard("Close", s.spout.Close); err != nil {
 		s.tc.Logger.Warn().Err(err).Msg("spout Close failed")
 	}
