@@ -352,9 +352,9 @@ func (w *Worker) onControl(m *nats.Msg) {
 		return
 	}
 	switch fields[0] {
-	case "bp", "bplog":
+	case signalNames[queuesFull], signalNames[logsFull]:
 		now := time.Now()
-		w.bp.on(slot, now, signalled[fields[0]])
+		w.bp.on(slot, now, signalled(fields[0]))
 		w.throttle.Store(int32(w.bp.level(now)))
 	case "bpoff":
 		w.bp.off(slot)
@@ -435,7 +435,12 @@ func (w *Worker) onCheckpoint(fields []string) {
 // membership entry, which cluster.Members renews.)
 func (w *Worker) housekeeping(ctx context.Context) {
 	r := w.r
-	signal := map[pressure][]byte{queuesFull: fmt.Appendf(nil, "bp %d", w.slot), logsFull: fmt.Appendf(nil, "bplog %d", w.slot)}
+	var signal [len(signalNames)][]byte
+	for p, name := range signalNames {
+		if name != "" {
+			signal[p] = fmt.Appendf(nil, "%s %d", name, w.slot)
+		}
+	}
 	bpoff := fmt.Appendf(nil, "bpoff %d", w.slot)
 	signalling := false
 	check := time.NewTicker(bpCheckEvery)
@@ -494,8 +499,20 @@ const (
 	queuesFull
 )
 
-// signalled is the pressure each backpressure signal stands for.
-var signalled = map[string]pressure{"bp": queuesFull, "bplog": logsFull}
+// signalNames are the control messages that signal each pressure
+// ("<name> <slot>").
+var signalNames = [...]string{logsFull: "bplog", queuesFull: "bp"}
+
+// signalled is the pressure a control message's name stands for, or
+// noPressure.
+func signalled(name string) pressure {
+	for p, n := range signalNames {
+		if n != "" && n == name {
+			return pressure(p)
+		}
+	}
+	return noPressure
+}
 
 // backpressure is what a worker knows of the run's congested workers: when
 // each last signalled full queues and full logs, 0 for none or released. A
