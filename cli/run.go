@@ -458,7 +458,7 @@ func printSummary(w io.Writer, s *workers.Summary) {
 		fmt.Fprintf(w, "%d records were sent but never processed (lost in transit or in a crashed worker%s\n", s.Unaccounted, replay)
 	}
 	if s.Discarded > 0 {
-		fmt.Fprintf(w, "%d records were dropped unprocessed by tasks that stopped or crashed, or could not be sent%s\n", s.Discarded, replay)
+		fmt.Fprintf(w, "%d records were dropped unprocessed (queued for or emitted by tasks that stopped or crashed, or their frames could not be sent%s\n", s.Discarded, replay)
 	}
 }
 

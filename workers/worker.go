@@ -116,7 +116,7 @@ type deadNotice struct {
 type executor interface {
 	run(ctx context.Context)
 	stop(graceful bool)
-	releaseBuffers() // after stop: what the task no longer needs goes back to pools
+	releaseBuffers() // after stop: counts what the task leaves unsent, returns what it no longer needs to pools
 }
 
 func startWorker(parent context.Context, r *run, slot int, incarnation uint64, epochs, known []uint64) (*Worker, error) {
