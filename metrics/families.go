@@ -142,6 +142,7 @@ var (
 var (
 	FencedFrames    = family("ackflow_fenced_frames_total", Counter, topologyLabels, "Frames and checkpoint commands of another generation dropped (cluster mode: a worker paused past its lease, or late frames of a generation that ended).")
 	FencedRecords   = family("ackflow_fenced_records_total", Counter, topologyLabels, "Records dropped because they came from a stale epoch (a worker replaced after a crash, or another generation), or, at most once, were addressed to another owner of a moving slot.")
+	DiscardedRecs   = family("ackflow_discarded_records_total", Counter, topologyLabels, "Records dropped by tasks that stopped or crashed: queued for a task that stopped, or emitted into a batch it never sent (a frame that could not be published, a task stopped before its flush). At least once and exactly once replay their trees; at most once loses them.")
 	BadFrames       = family("ackflow_bad_frames_total", Counter, topologyLabels, "Frames that did not decode or did not fit their destination, dropped.")
 	DuplicateFrames = family("ackflow_duplicate_frames_total", Counter, topologyLabels, "Frames the network delivered twice, dropped.")
 	FrameNACKs      = family("ackflow_frame_nacks_total", Counter, topologyLabels, "NACKs sent for frames noticed missing (a gap in sequence numbers, or a sender's high-water mark beyond what arrived); each asks the sender to resend.")

@@ -175,6 +175,7 @@ func addReport(t *Topology, st *workers.MemberStatus) {
 	tr.FramesResent += from.FramesResent
 	tr.DuplicateFrames += from.DuplicateFrames
 	tr.FencedRecords += from.FencedRecords
+	tr.Discarded += from.Discarded
 	tr.BadFrames += from.BadFrames
 	tr.PublishErrors += from.PublishErrors
 	tr.Backpressure += from.Backpressure

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ackflow/ackflow/workers"
 )
 
 // Finding is one line of the explanation at the top of a topology.
@@ -90,6 +92,15 @@ func Explain(t *Topology) []Finding {
 	}
 	if n := t.Transport.FencedFrames + t.Transport.FencedRecords; n > 0 {
 		add("warn", fmt.Sprintf("%s of a stale epoch dropped", count(n, "frame or record", "frames or records")), "a worker paused or cut off past its lease, or replaced after a crash, sent them; fencing kept them out")
+	}
+	if n := t.Transport.Discarded; n > 0 {
+		title := fmt.Sprintf("%s dropped by stopping tasks", count(n, "record", "records"))
+		why := "tasks stopped or crashed (a new generation, a slot that moved, a failed task) with records queued for them or not yet sent"
+		if t.Guarantee == workers.AtMostOnce.String() {
+			add("bad", title, why+"; at most once does not replay them, so they are lost")
+		} else {
+			add("warn", title, why+"; their trees are replayed")
+		}
 	}
 	if t.Recovery > 0 {
 		add("ok", "Latest failover took "+dur(t.Recovery), "from losing a worker until its trees completed or its tasks began again elsewhere")

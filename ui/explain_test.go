@@ -36,6 +36,10 @@ func TestExplain(t *testing.T) {
 		{name: "flow control and checkpoints", t: Topology{Transport: Transport{Backpressure: 12, FencedFrames: 2}, Checkpoint: Checkpoint{Failed: 3}, Recovery: 800 * time.Millisecond,
 			Components: []Component{spout}},
 			want: []string{"warn:Backpressure signalled 12 times", "warn:3 checkpoints abandoned", "warn:2 frames or records of a stale epoch", "ok:Latest failover took 800 ms"}},
+		{name: "stopping tasks replay what they dropped", t: Topology{Guarantee: "at-least-once", Transport: Transport{Discarded: 40}, Components: []Component{spout}},
+			want: []string{"warn:40 records dropped by stopping tasks"}, not: []string{"bad:", "ok:No failures"}},
+		{name: "at most once loses what stopping tasks dropped", t: Topology{Guarantee: "at-most-once", Transport: Transport{Discarded: 1}, Components: []Component{spout}},
+			want: []string{"bad:1 record dropped by stopping tasks"}, not: []string{"ok:No failures"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -62,6 +62,7 @@ var transportFields = map[string]func(t *Transport) *int64{
 	metrics.DuplicateFrames.Name: func(t *Transport) *int64 { return &t.DuplicateFrames },
 	metrics.FencedFrames.Name:    func(t *Transport) *int64 { return &t.FencedFrames },
 	metrics.FencedRecords.Name:   func(t *Transport) *int64 { return &t.FencedRecords },
+	metrics.DiscardedRecs.Name:   func(t *Transport) *int64 { return &t.Discarded },
 	metrics.BadFrames.Name:       func(t *Transport) *int64 { return &t.BadFrames },
 	metrics.PublishErrors.Name:   func(t *Transport) *int64 { return &t.PublishErrors },
 	metrics.Backpressure.Name:    func(t *Transport) *int64 { return &t.Backpressure },

@@ -152,7 +152,7 @@ type Checkpoint struct {
 type Transport struct {
 	LostFrames, FrameNACKs, FramesResent, DuplicateFrames int64
 	FencedFrames, FencedRecords, BadFrames, PublishErrors int64
-	Backpressure                                          int64
+	Discarded, Backpressure                               int64
 }
 
 // Rate is one point of the throughput sparkline.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ackflow/ackflow/chaos"
 	"github.com/ackflow/ackflow/flowtest"
+	"github.com/ackflow/ackflow/metrics"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
 	"github.com/rs/zerolog"
@@ -21,7 +22,8 @@ import (
 // record missing at the sink is dropped by chaos, fenced, unaccounted (in
 // flight at the end) or discarded, and none arrives twice. Each source
 // record makes one record at every hop, so a loss anywhere is one missing
-// record at the sink.
+// record at the sink. The discarded-records metric, which is all a
+// cluster shows of these losses, equals the summary's figure.
 func TestAtMostOnceCrashesAccountForEveryRecord(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	if testing.Short() {
@@ -32,6 +34,7 @@ func TestAtMostOnceCrashesAccountForEveryRecord(t *testing.T) {
 	discarded := false
 	for seed := uint64(1); seed <= 2; seed++ {
 		sink := flowtest.NewSink()
+		reg := metrics.NewRegistry()
 		b := topology.NewBuilder("amocrash")
 		b.Spout("numbers", func() topology.Spout { return &numbers{n: n, d: 2 * time.Second} }, 1).Outputs("n")
 		b.Bolt("slow", func() topology.Bolt { return &sleepy{d: 400 * time.Microsecond} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
@@ -42,7 +45,7 @@ func TestAtMostOnceCrashesAccountForEveryRecord(t *testing.T) {
 			Workers:   4,
 			Chaos:     chaos.Config{CrashEvery: 150 * time.Millisecond, Seed: seed},
 			Logger:    &quiet,
-			Configure: func(c *workers.Config) { c.BatchSize, c.QueueSize = 8, 2 },
+			Configure: func(c *workers.Config) { c.BatchSize, c.QueueSize, c.Metrics = 8, 2, reg },
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -66,6 +69,9 @@ func TestAtMostOnceCrashesAccountForEveryRecord(t *testing.T) {
 		if missing > accounted {
 			t.Errorf("seed %d: %d records missing at the sink, the summary accounts for %d (%d fenced, %d unaccounted, %d discarded)",
 				seed, missing, accounted, sum.FencedRecords, sum.Unaccounted, sum.Discarded)
+		}
+		if got := gatherRegistry(t, reg).sum("ackflow_discarded_records_total", nil); got != float64(sum.Discarded) {
+			t.Errorf("seed %d: ackflow_discarded_records_total is %v, the summary's Discarded %d", seed, got, sum.Discarded)
 		}
 		if sum.Crashes == 0 {
 			t.Fatalf("seed %d: no crash: the test proves nothing", seed)

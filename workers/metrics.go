@@ -136,6 +136,7 @@ func (m *runMetrics) writeWorker(w *metrics.Writer, topo string) {
 	put := func(f *metrics.Family, v int64) { w.Add(f, float64(v), topo) }
 	put(metrics.FencedFrames, tc.fencedFrames.Load())
 	put(metrics.FencedRecords, tc.fencedRecords.Load())
+	put(metrics.DiscardedRecs, tc.discarded())
 	put(metrics.BadFrames, tc.badFrames.Load())
 	put(metrics.DuplicateFrames, tc.dupFrames.Load())
 	put(metrics.FrameNACKs, tc.nacks.Load())

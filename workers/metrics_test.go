@@ -246,6 +246,8 @@ func TestMetricsMatchTheSummaryUnderChaos(t *testing.T) {
 	check("NATS messages", end.sum("ackflow_nats_sent_messages_total", tl), sum.NATSMessagesOut)
 	check("bad frames", end.sum("ackflow_bad_frames_total", tl), sum.BadFrames)
 	check("fenced frames", end.sum("ackflow_fenced_frames_total", tl), sum.FencedFrames)
+	check("fenced records", end.sum("ackflow_fenced_records_total", tl), sum.FencedRecords)
+	check("discarded records", end.sum("ackflow_discarded_records_total", tl), sum.Discarded)
 	check("duplicate frames", end.sum("ackflow_duplicate_frames_total", tl), sum.DuplicateFrames)
 	check("NACKs", end.sum("ackflow_frame_nacks_total", tl), sum.NACKs)
 	check("resent", end.sum("ackflow_frames_resent_total", tl), sum.Resent)

@@ -273,7 +273,7 @@ func (r *run) counts(lat map[string]*histogram) *Summary {
 		FencedRecords: r.tc.fencedRecords.Load(), FencedFrames: r.tc.fencedFrames.Load(), DuplicateFrames: r.tc.dupFrames.Load(), BackpressureSignals: r.tc.bpSignals.Load(),
 		SlowConsumers: r.tc.slowConsumers.Load(), Reconnects: r.tc.reconnects.Load(),
 		PublishErrors: r.tc.publishErrors.Load(), Unaccounted: max(0, r.inFlight()),
-		Discarded: r.tc.discardedRecords.Load() + r.tc.unsentRecords.Load(),
+		Discarded: r.tc.discarded(),
 		NACKs:     r.tc.nacks.Load(), Resent: r.tc.resent.Load(), ResendMisses: r.tc.resendMisses.Load(), LostFrames: r.tc.lostFrames.Load(),
 		DeadLetterErrors: r.tc.deadLetterErrors.Load(),
 		LogEntries:       r.logEntries(),

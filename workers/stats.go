@@ -103,6 +103,13 @@ type transportCounters struct {
 	slowConsumers             atomic.Int64 // slow-consumer errors the NATS client reported
 }
 
+// discarded are the records stopping and crashing tasks dropped: sent to
+// a task that stopped, or never sent (Summary.Discarded, the
+// discarded-records metric).
+func (tc *transportCounters) discarded() int64 {
+	return tc.discardedRecords.Load() + tc.unsentRecords.Load()
+}
+
 // histogram is a lock-free log-scale histogram of durations: 16 buckets per
 // power of two from 1µs to about 2^40µs, so percentiles are within 5%.
 type histogram struct {

@@ -69,6 +69,7 @@ type TransportStatus struct {
 	FramesResent    int64 `json:"frames_resent,omitempty"`
 	DuplicateFrames int64 `json:"duplicate_frames,omitempty"`
 	FencedRecords   int64 `json:"fenced_records,omitempty"`
+	Discarded       int64 `json:"discarded_records,omitempty"`
 	BadFrames       int64 `json:"bad_frames,omitempty"`
 	PublishErrors   int64 `json:"publish_errors,omitempty"`
 	Backpressure    int64 `json:"backpressure,omitempty"`
@@ -117,6 +118,7 @@ func (t *TransportStatus) add(o TransportStatus) {
 	t.FramesResent += o.FramesResent
 	t.DuplicateFrames += o.DuplicateFrames
 	t.FencedRecords += o.FencedRecords
+	t.Discarded += o.Discarded
 	t.BadFrames += o.BadFrames
 	t.PublishErrors += o.PublishErrors
 	t.Backpressure += o.Backpressure
@@ -195,8 +197,8 @@ func (r *run) componentStatus(tasks []int) []ComponentStatus {
 func (r *run) transportStatus() TransportStatus {
 	tc := &r.tc
 	return TransportStatus{LostFrames: tc.lostFrames.Load(), FrameNACKs: tc.nacks.Load(), FramesResent: tc.resent.Load(),
-		DuplicateFrames: tc.dupFrames.Load(), FencedRecords: tc.fencedRecords.Load(), BadFrames: tc.badFrames.Load(),
-		PublishErrors: tc.publishErrors.Load(), Backpressure: tc.bpSignals.Load()}
+		DuplicateFrames: tc.dupFrames.Load(), FencedRecords: tc.fencedRecords.Load(), Discarded: tc.discarded(),
+		BadFrames: tc.badFrames.Load(), PublishErrors: tc.publishErrors.Load(), Backpressure: tc.bpSignals.Load()}
 }
 
 // LatencyBounds are the upper bounds, in seconds, of the buckets of a
