@@ -420,13 +420,19 @@ func printSummary(w io.Writer, s *workers.Summary) {
 	if s.DuplicateFrames > 0 {
 		fmt.Fprintf(w, "%d frames delivered twice were dropped\n", s.DuplicateFrames)
 	}
+	// What became of dropped records: replayed, except at most once.
+	failed, timedOut := "their trees were failed and replayed", "their trees timed out"
+	if s.Guarantee == workers.AtMostOnce {
+		failed = "at-most-once does not replay them"
+		timedOut = failed
+	}
 	if s.BadFrames+s.FencedRecords+s.PublishErrors > 0 {
-		fmt.Fprintf(w, "dropped: %d bad frames, %d fenced records, %d frames that could not be sent (their trees were failed and replayed)\n",
-			s.BadFrames, s.FencedRecords, s.PublishErrors)
+		fmt.Fprintf(w, "dropped: %d bad frames, %d fenced records, %d frames that could not be sent (%s)\n",
+			s.BadFrames, s.FencedRecords, s.PublishErrors, failed)
 	}
 	if s.NACKs+s.Resent+s.LostFrames > 0 {
-		fmt.Fprintf(w, "lost frames: %d NACKs sent, %d frames resent, %d no longer kept, %d given up on (their trees timed out)\n",
-			s.NACKs, s.Resent, s.ResendMisses, s.LostFrames)
+		fmt.Fprintf(w, "lost frames: %d NACKs sent, %d frames resent, %d no longer kept, %d given up on (%s)\n",
+			s.NACKs, s.Resent, s.ResendMisses, s.LostFrames, timedOut)
 	}
 	if c := s.Chaos; c.FramesDropped+c.FramesDuplicated+c.FramesDelayed+c.FramesReordered+c.InputsFailed > 0 || s.Crashes > 0 {
 		fmt.Fprintf(w, "chaos: %d frames dropped (%d records), %d duplicated, %d delayed, %d reordered, %d inputs failed, %d worker crashes\n",

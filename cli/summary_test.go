@@ -7,22 +7,28 @@ import (
 	"github.com/ackflow/ackflow/workers"
 )
 
-// TestSummarySaysWhatWasLost: the summary's lines for records in flight
-// and records stopping tasks dropped say whether their trees replayed,
-// and each closes the parenthesis it opens.
+// TestSummarySaysWhatWasLost: the summary's lines for records dropped on
+// the way, in flight and dropped by stopping tasks say whether their
+// trees replayed (never, at most once), and each closes the parenthesis
+// it opens.
 func TestSummarySaysWhatWasLost(t *testing.T) {
 	for _, g := range []workers.Guarantee{workers.AtLeastOnce, workers.AtMostOnce} {
 		var b strings.Builder
-		printSummary(&b, &workers.Summary{Guarantee: g, Unaccounted: 7, Discarded: 3})
+		printSummary(&b, &workers.Summary{Guarantee: g, FencedRecords: 2, LostFrames: 1, Unaccounted: 7, Discarded: 3})
 		out := b.String()
-		want := "their trees were replayed"
-		if g == workers.AtMostOnce {
-			want = "at-most-once does not replay them"
-		}
-		for _, line := range []string{"7 records were sent but never processed", "3 records were dropped unprocessed"} {
-			i := strings.Index(out, line)
+		for _, c := range []struct{ line, alo string }{
+			{"dropped: 0 bad frames, 2 fenced records", "their trees were failed and replayed"},
+			{"lost frames: 0 NACKs sent", "their trees timed out"},
+			{"7 records were sent but never processed", "their trees were replayed"},
+			{"3 records were dropped unprocessed", "their trees were replayed"},
+		} {
+			want := c.alo
+			if g == workers.AtMostOnce {
+				want = "at-most-once does not replay them"
+			}
+			i := strings.Index(out, c.line)
 			if i < 0 {
-				t.Fatalf("%v: no line %q in\n%s", g, line, out)
+				t.Fatalf("%v: no line %q in\n%s", g, c.line, out)
 			}
 			l := out[i : i+strings.Index(out[i:], "\n")]
 			if !strings.Contains(l, want) || strings.Count(l, "(") != strings.Count(l, ")") {
