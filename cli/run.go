@@ -78,11 +78,14 @@ processed, then prints a summary.`,
 	fl.StringVar(&f.guarantee, "guarantee", "at-least-once", "at-most-once, at-least-once or exactly-once")
 	fl.StringVar(&f.chaos, "chaos", "", `inject failures, e.g. "drop=0.05,dup=0.01,reorder=0.1,delay=2ms,crash-every=3s,seed=7"`)
 	f.nats.registerURL(fl, "", "use this NATS server instead of an embedded one")
-	fl.IntVar(&f.batch, "batch", 0, "records per frame (default 512)")
-	fl.DurationVar(&f.linger, "linger", 0, "longest wait for a partial batch (default 2ms)")
-	fl.IntVar(&f.maxPending, "max-pending", 0, "most trees in flight per spout task; a spout below capacity keeps an eighth of it (default 4096)")
-	fl.IntVar(&f.ackers, "ackers", 0, "acker tasks (default 1)")
-	fl.DurationVar(&f.timeout, "message-timeout", 0, "fail and replay a tree not completed in this long (default 30s)")
+	// The runtime's defaults, so that a value given, 0 too, reaches the
+	// config's validation instead of standing for the default.
+	def := workers.DefaultConfig()
+	fl.IntVar(&f.batch, "batch", def.BatchSize, "records per frame")
+	fl.DurationVar(&f.linger, "linger", def.Linger, "longest wait for a partial batch")
+	fl.IntVar(&f.maxPending, "max-pending", def.MaxSpoutPending, "most trees in flight per spout task; a spout below capacity keeps an eighth of it")
+	fl.IntVar(&f.ackers, "ackers", def.Ackers, "acker tasks")
+	fl.DurationVar(&f.timeout, "message-timeout", def.MessageTimeout, "fail and replay a tree not completed in this long")
 	fl.Float64Var(&f.rate, "rate", 0, "lines (wordcount) or events (pageviews) per second read by the spouts (default, or inf: as fast as flow control allows)")
 	fl.IntVar(&f.events, "events", 100000, "pageviews: how many page views to generate")
 	fl.DurationVar(&f.window, "window", 10*time.Second, "pageviews: the length of a window in event time")
@@ -188,11 +191,8 @@ func runtimeConfig(name string, f runFlags) (workers.Config, *deadletter.File, e
 	if cfg.NATSOptions, err = f.nats.options(); err != nil {
 		return cfg, nil, err
 	}
-	setIf(&cfg.BatchSize, f.batch)
-	setIf(&cfg.MaxSpoutPending, f.maxPending)
-	setIf(&cfg.Ackers, f.ackers)
-	setIf(&cfg.Linger, f.linger)
-	setIf(&cfg.MessageTimeout, f.timeout)
+	cfg.BatchSize, cfg.MaxSpoutPending, cfg.Ackers = f.batch, f.maxPending, f.ackers
+	cfg.Linger, cfg.MessageTimeout = f.linger, f.timeout
 	level, err := parseLogLevel(f.logLevel)
 	if err != nil {
 		return cfg, nil, err
@@ -361,13 +361,6 @@ func checkCounts(w io.Writer, got, want map[string]int64, s *workers.Summary, de
 		return fmt.Errorf("%s counted %d occurrences twice: this is a bug, please report it with the command line", s.Guarantee, extra)
 	}
 	return nil
-}
-
-func setIf[T comparable](dst *T, v T) {
-	var zero T
-	if v != zero {
-		*dst = v
-	}
 }
 
 // parseParallelism reads "split=4,count=2".

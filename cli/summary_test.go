@@ -37,3 +37,20 @@ func TestSummarySaysWhatWasLost(t *testing.T) {
 		}
 	}
 }
+
+// TestRunRefusesSettingsThatCannotWork: a runtime setting given as 0 is
+// refused with what it must be, not taken as "the default".
+func TestRunRefusesSettingsThatCannotWork(t *testing.T) {
+	for flag, want := range map[string]string{
+		"--batch":           "batch size 0 must be at least 1",
+		"--linger":          "linger 0s must be positive",
+		"--max-pending":     "max spout pending 0 must be at least 1",
+		"--ackers":          "0 ackers",
+		"--message-timeout": "message timeout 0s is too short",
+	} {
+		_, _, err := runRoot("run", "wordcount", "--quiet", "--random-lines", "10", flag, "0")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("run %s 0: error %v, want one saying %q", flag, err, want)
+		}
+	}
+}
