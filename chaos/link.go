@@ -32,6 +32,9 @@ type Link struct {
 
 	held    *heldFrame // a frame held back for reordering
 	delayed []delayedFrame
+	// dups are the duplicated frames of which a copy is still held: true
+	// once the other copy has gone out (HeldRecords).
+	dups map[*wire.Frame]bool
 }
 
 type heldFrame struct {
@@ -65,17 +68,18 @@ func (l *Link) Send(dst int, f *wire.Frame) {
 		}
 		return
 	}
-	copies := 1
 	if l.cfg.Dup > 0 && l.rng.Float64() < l.cfg.Dup {
-		copies = 2
 		l.cnt.FramesDuplicated.Add(1)
 		if f.Kind == wire.KindData {
 			l.cnt.RecordsDuplicated.Add(n)
 		}
-	}
-	for i := 0; i < copies; i++ {
+		if l.dups == nil {
+			l.dups = map[*wire.Frame]bool{}
+		}
+		l.dups[f] = false
 		l.route(dst, f)
 	}
+	l.route(dst, f)
 }
 
 func (l *Link) route(dst int, f *wire.Frame) {
@@ -104,6 +108,20 @@ func (l *Link) delay(dst int, f *wire.Frame) {
 		l.delayed = append(l.delayed, delayedFrame{due: time.Now().Add(d), dst: dst, f: f})
 		return
 	}
+	l.pass(dst, f)
+}
+
+// pass sends a frame on, noting when a duplicated frame's first copy goes.
+func (l *Link) pass(dst int, f *wire.Frame) {
+	if len(l.dups) > 0 {
+		if out, ok := l.dups[f]; ok {
+			if out {
+				delete(l.dups, f) // both copies are out
+			} else {
+				l.dups[f] = true
+			}
+		}
+	}
 	l.next(dst, f)
 }
 
@@ -114,7 +132,7 @@ func (l *Link) Poll(now time.Time) int {
 	if l.held != nil {
 		h := l.held
 		l.held = nil
-		l.next(h.dst, h.f)
+		l.pass(h.dst, h.f)
 	}
 	if len(l.delayed) == 0 {
 		return 0
@@ -122,7 +140,7 @@ func (l *Link) Poll(now time.Time) int {
 	sort.SliceStable(l.delayed, func(i, j int) bool { return l.delayed[i].due.Before(l.delayed[j].due) })
 	i := 0
 	for ; i < len(l.delayed) && !l.delayed[i].due.After(now); i++ {
-		l.next(l.delayed[i].dst, l.delayed[i].f)
+		l.pass(l.delayed[i].dst, l.delayed[i].f)
 	}
 	l.delayed = append(l.delayed[:0], l.delayed[i:]...)
 	return len(l.delayed)
@@ -138,16 +156,24 @@ func (l *Link) Waiting() int {
 }
 
 // HeldRecords reports how many records the data frames the link still
-// holds carry: a task that stops with them held never sends them.
+// holds carry: a task that stops with them held never sends them. A
+// duplicated frame counts once, and not at all when its other copy went
+// out.
 func (l *Link) HeldRecords() int64 {
 	var n int64
-	if l.held != nil && l.held.f.Kind == wire.KindData {
-		n += int64(len(l.held.f.Records))
+	counted := map[*wire.Frame]bool{}
+	count := func(f *wire.Frame) {
+		if f.Kind != wire.KindData || counted[f] || l.dups[f] {
+			return
+		}
+		counted[f] = true
+		n += int64(len(f.Records))
+	}
+	if l.held != nil {
+		count(l.held.f)
 	}
 	for _, d := range l.delayed {
-		if d.f.Kind == wire.KindData {
-			n += int64(len(d.f.Records))
-		}
+		count(d.f)
 	}
 	return n
 }
