@@ -55,9 +55,15 @@ func TestMain(m *testing.M) {
 // ackflow runs the binary with a deadline and returns stdout and stderr.
 func ackflow(t *testing.T, timeout time.Duration, args ...string) (string, string, error) {
 	t.Helper()
+	return runProgram(t, binary, timeout, args...)
+}
+
+// runProgram runs prog, a build of cli.Main, as ackflow does.
+func runProgram(t *testing.T, prog string, timeout time.Duration, args ...string) (string, string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd := exec.CommandContext(ctx, prog, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

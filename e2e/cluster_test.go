@@ -150,6 +150,26 @@ type testCluster struct {
 	// moreLogs, if set, adds the logs of processes the test did not start
 	// itself (the docker suite's containers) to a failure message.
 	moreLogs func() string
+	// prog, if set, is the binary the workers and commands run instead of
+	// ackflow (a user's own worker binary), and topo the topology status
+	// reports on instead of wordcount.
+	prog, topo string
+}
+
+// program is the binary the cluster's workers and commands run.
+func (c *testCluster) program() string {
+	if c.prog != "" {
+		return c.prog
+	}
+	return binary
+}
+
+// topology is the topology status reports on.
+func (c *testCluster) topology() string {
+	if c.topo != "" {
+		return c.topo
+	}
+	return "wordcount"
 }
 
 func freePort(t *testing.T) int {
@@ -169,7 +189,7 @@ func (c *testCluster) start(name string, args ...string) {
 	if err != nil {
 		fatalf(c.t, "%v", err)
 	}
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(c.program(), args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		fatalf(c.t, "%v", err)
@@ -196,7 +216,7 @@ func (c *testCluster) signal(name string, sig syscall.Signal) {
 
 func (c *testCluster) cli(args ...string) string {
 	c.t.Helper()
-	stdout, stderr, err := ackflow(c.t, 2*time.Minute, append(args, "--nats", c.url)...)
+	stdout, stderr, err := runProgram(c.t, c.program(), 2*time.Minute, append(args, "--nats", c.url)...)
 	if err != nil {
 		fatalf(c.t, "ackflow %s: %v\n%s\n%s\n%s", strings.Join(args, " "), err, stdout, stderr, c.logs())
 	}
@@ -210,17 +230,17 @@ func (c *testCluster) cli(args ...string) string {
 // test. What is checked is the output, never how often status answers.
 func (c *testCluster) status() *clusterStatus {
 	c.t.Helper()
-	args := []string{"status", "wordcount", "--json", "--nats", c.url}
+	args := []string{"status", c.topology(), "--json", "--nats", c.url}
 	var stdout, stderr string
 	var err error
 	for try := 1; ; try++ {
-		if stdout, stderr, err = ackflow(c.t, 2*time.Minute, args...); err == nil || try == 3 {
+		if stdout, stderr, err = runProgram(c.t, c.program(), 2*time.Minute, args...); err == nil || try == 3 {
 			break
 		}
 		c.t.Logf("ackflow status failed (try %d of 3): %v: %s", try, err, strings.TrimSpace(stderr))
 	}
 	if err != nil {
-		fatalf(c.t, "ackflow status wordcount --json: %v\n%s\n%s\n%s", err, stdout, stderr, c.logs())
+		fatalf(c.t, "%s --json: %v\n%s\n%s\n%s", strings.Join(args[:2], " "), err, stdout, stderr, c.logs())
 	}
 	var st clusterStatus
 	if err := json.Unmarshal([]byte(stdout), &st); err != nil {
