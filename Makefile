@@ -24,7 +24,7 @@ build:
 # the JetStream sink's outputs, dead letters), FUZZTIME each. Their seed
 # corpora run in every go test.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := wire:FuzzDecodeFrame cluster:FuzzDecodeSpec cluster:FuzzDecodeGeneration cluster:FuzzDecodeMember \
+FUZZ_TARGETS := wire:FuzzDecodeFrame cluster:FuzzDecodeSpec cluster:FuzzDecodeGeneration cluster:FuzzDecodeMember cluster:FuzzDecodeSpoutPosition \
 	checkpoint:FuzzReadManifest workers:FuzzDecodeSnapshot topology:FuzzStateRestore sources:FuzzDecodePosition \
 	sinks:FuzzJetStreamRestore sinks:FuzzFileRestore deadletter:FuzzLetterJSON
 fuzz:

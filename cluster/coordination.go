@@ -11,14 +11,16 @@ import (
 
 // Coordination is what one worker process coordinates through: the
 // cluster's live members, the submitted topologies, their generations,
-// their leaders and the workers' status reports. Every worker of a
-// cluster holds handles of its own on the same buckets.
+// their leaders, the workers' status reports and the positions of
+// at-most-once spouts. Every worker of a cluster holds handles of its own
+// on the same buckets.
 type Coordination struct {
 	Members     Members
 	Registry    Registry
 	Generations Generations
 	Elector     Elector
 	Statuses    Statuses
+	Positions   Positions
 }
 
 // OpenKV opens a worker's handles on the cluster's KV buckets, creating
@@ -39,7 +41,10 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, cfg MembersConfig, opts
 	if c.Elector, err = NewKVElector(ctx, js, cfg, opts...); err != nil {
 		return c, err
 	}
-	c.Statuses, err = NewKVStatuses(ctx, js, cfg, opts...)
+	if c.Statuses, err = NewKVStatuses(ctx, js, cfg, opts...); err != nil {
+		return c, err
+	}
+	c.Positions, err = NewKVPositions(ctx, js, opts...)
 	return c, err
 }
 
@@ -52,6 +57,7 @@ func OpenKV(ctx context.Context, js jetstream.JetStream, cfg MembersConfig, opts
 type MemoryCluster struct {
 	cfg                                               MembersConfig
 	members, registry, generations, leaders, statuses *memBucket
+	positions                                         *memBucket
 	id                                                string
 }
 
@@ -85,7 +91,7 @@ func NewMemoryCluster(cfg MembersConfig) (*MemoryCluster, error) {
 	var id [8]byte
 	rand.Read(id[:]) // never fails (crypto/rand)
 	return &MemoryCluster{cfg: cfg, members: newMemBucket(cfg.DeadAfter), registry: newMemBucket(0), generations: newMemBucket(0),
-		leaders: newMemBucket(cfg.DeadAfter), statuses: newMemBucket(cfg.DeadAfter), id: hex.EncodeToString(id[:])}, nil
+		leaders: newMemBucket(cfg.DeadAfter), statuses: newMemBucket(cfg.DeadAfter), positions: newMemBucket(0), id: hex.EncodeToString(id[:])}, nil
 }
 
 // Open returns one worker's handles. cfg's callbacks are that worker's;
@@ -108,5 +114,6 @@ func (c *MemoryCluster) Open(cfg MembersConfig) (Coordination, error) {
 		Generations: &MemoryGenerations{&generations{b: c.generations}},
 		Elector:     &MemoryElector{newElector(c.leaders, cfg)},
 		Statuses:    &MemoryStatuses{&statuses{b: c.statuses}},
+		Positions:   &MemoryPositions{&positions{b: c.positions}},
 	}, nil
 }

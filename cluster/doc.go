@@ -3,8 +3,11 @@
 // is alive (Members), which topologies operators submitted (Registry), the
 // current generation of each running topology (Generations), which worker
 // leads each topology (Elector), how tasks are spread over the live
-// workers (Assign), and what each worker last reported of its tasks
-// (Statuses, which ackflow status reads).
+// workers (Assign), what each worker last reported of its tasks
+// (Statuses, which ackflow status reads), and where each at-most-once
+// spout over a rewindable source stands (Positions: written before the
+// spout sends what it read, so that a spout task that starts again reads
+// on from there and sends nothing twice).
 //
 // A generation fixes, for one topology, the plan (the parallelism of every
 // component), the worker of every task and the checkpoint epoch the tasks
@@ -25,15 +28,17 @@
 //
 // Each primitive is a small interface with two implementations: one over a
 // KV bucket (NewKVMembers, NewKVRegistry, NewKVGenerations, NewKVElector,
-// all sharing the caller's jetstream.JetStream) for cluster mode, and one in
-// memory (NewMemoryMembers, NewMemoryRegistry, NewMemoryGenerations,
-// NewMemoryElector) for local mode and tests. Both run the same code over a
+// NewKVStatuses, NewKVPositions, all sharing the caller's
+// jetstream.JetStream) for cluster mode, and one in memory
+// (NewMemoryMembers, NewMemoryRegistry, NewMemoryGenerations,
+// NewMemoryElector, NewMemoryStatuses, NewMemoryPositions) for local mode
+// and tests. Both run the same code over a
 // bucket: the in-memory bucket imitates the part of JetStream KV that the
 // primitives use, revisions, TTLs and expiry markers included, so local mode
 // behaves like a cluster. Package clustertest is the conformance suite both
 // pass.
 //
-// A worker holds all five as a Coordination: OpenKV opens them on the
+// A worker holds all six as a Coordination: OpenKV opens them on the
 // server's buckets; a MemoryCluster holds a whole cluster's entries in
 // memory, and each worker running in the process opens handles of its own
 // on it (MemoryCluster.Open), as each worker process opens the buckets on

@@ -169,3 +169,30 @@ func TestForeignEntriesAreRefused(t *testing.T) {
 		t.Fatalf("Get of a spec under another name: %v", err)
 	}
 }
+
+func FuzzDecodeSpoutPosition(f *testing.F) {
+	good, _ := json.Marshal(SpoutPosition{Topology: "wc", Task: 0, Submitted: time.Unix(1e9, 0).UTC(), Position: []byte{1, 2, 3}})
+	for _, seed := range []string{
+		string(good),
+		`{"topology":"wc","task":-1,"submitted":"2026-01-01T00:00:00Z"}`,
+		`{"topology":"a.b","task":0,"submitted":"2026-01-01T00:00:00Z"}`,
+		`{"topology":"wc","task":0}`,
+		`{"topology":"wc","task":0,"submitted":"2026-01-01T00:00:00Z","position":"!!"}`,
+		`[]`, `null`, ``, `{`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		p, err := DecodeSpoutPosition(value)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidEntry) {
+				t.Fatalf("a refused position's error does not wrap ErrInvalidEntry: %v", err)
+			}
+			return
+		}
+		if checkName("topology", p.Topology) != nil || p.Task < 0 || p.Submitted.IsZero() {
+			t.Fatalf("decode accepted %+v", p)
+		}
+		roundTrip(t, p, func(b []byte) (any, error) { return DecodeSpoutPosition(b) })
+	})
+}
