@@ -11,15 +11,18 @@ package topology
 // (byte offset), a JetStream stream (stream sequence), a generator (the next
 // index). Checkpoints need it: a spout without it cannot rewind, and the
 // runtime refuses checkpoints (and so exactly-once) for its topology with an
-// error that names it.
+// error that names it. At most once, a cluster's runtime writes the
+// position before it sends what the spout emitted, so that a task started
+// again reads on from there instead of sending records twice.
 type Positioned interface {
 	// Position returns where the source stands: every record emitted so far
 	// comes before it, nothing after it has been emitted. The runtime calls
-	// it between calls to Next, while the spout is paused for a checkpoint.
+	// it between calls to Next: while the spout is paused for a checkpoint,
+	// and at most once before it sends what the spout emitted.
 	Position() ([]byte, error)
 	// Seek moves the source to a position Position returned. The runtime
 	// calls it after Open and before the first Next when the task restarts
-	// from a checkpoint.
+	// from a checkpoint, or at most once from the position written last.
 	Seek(position []byte) error
 }
 

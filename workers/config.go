@@ -9,6 +9,7 @@ import (
 
 	"github.com/ackflow/ackflow/chaos"
 	"github.com/ackflow/ackflow/checkpoint"
+	"github.com/ackflow/ackflow/cluster"
 	"github.com/ackflow/ackflow/deadletter"
 	"github.com/ackflow/ackflow/dedup"
 	"github.com/ackflow/ackflow/metrics"
@@ -176,6 +177,11 @@ type Config struct {
 	// inCluster, if set, is given a local run's in-process cluster once
 	// its nodes have joined (tests reach the nodes through it).
 	inCluster func(*inCluster)
+	// positions, in a cluster member, is where at-most-once spouts over
+	// rewindable sources write their positions before they send what they
+	// read (spoutPositions); submitted names the submission they belong to.
+	positions cluster.Positions
+	submitted time.Time
 }
 
 // DefaultConfig is what `ackflow run` uses without flags.

@@ -150,7 +150,7 @@ func TestGarbageInTheClusterKV(t *testing.T) {
 	}
 	garbage := [][]byte{nil, []byte("{"), []byte("not json"), bytes.Repeat([]byte{0xff}, 300), bytes.Repeat([]byte("x"), 512<<10), []byte(`{"version":99}`)}
 	for i, g := range garbage {
-		for _, b := range []string{cluster.MembersBucket, cluster.TopologiesBucket, cluster.GenerationsBucket} {
+		for _, b := range []string{cluster.MembersBucket, cluster.TopologiesBucket, cluster.GenerationsBucket, cluster.PositionsBucket} {
 			put(b, fmt.Sprintf("intruder%d", i), g)
 		}
 	}

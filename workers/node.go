@@ -120,6 +120,8 @@ type Node struct {
 	gens     cluster.Generations
 	elector  cluster.Elector
 	statuses cluster.Statuses
+	// positions hold at-most-once spouts' positions (spoutPositions).
+	positions cluster.Positions
 	// prints are the fingerprints of this binary's topologies built
 	// without settings, which the members list advertises.
 	prints map[string]string
@@ -214,7 +216,7 @@ func (n *Node) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.members, n.registry, n.gens, n.elector, n.statuses = c.Members, c.Registry, c.Generations, c.Elector, c.Statuses
+	n.members, n.registry, n.gens, n.elector, n.statuses, n.positions = c.Members, c.Registry, c.Generations, c.Elector, c.Statuses, c.Positions
 	if n.cfg.opened != nil {
 		n.cfg.opened(c)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/ackflow/ackflow/flowtest"
 	"github.com/ackflow/ackflow/topology"
 	"github.com/ackflow/ackflow/workers"
+	"github.com/nats-io/nats.go"
 )
 
 // branch is one path of noCheckpointsTopology: the sink at its end, the
@@ -421,5 +423,141 @@ func (n *nodes) submitOnThree(spec cluster.Spec) {
 	n.awaitMembers(members...)
 	if err := n.reg.Submit(context.Background(), spec); err != nil {
 		n.t.Fatal(err)
+	}
+}
+
+// rewindableChain builds a rewindable spout of n numbers read over d, a
+// stateless bolt of three tasks and sink.
+func rewindableChain(t *testing.T, name string, n int64, d time.Duration, sink *flowtest.Sink) func(map[string]string) (*topology.Topology, error) {
+	return func(map[string]string) (*topology.Topology, error) {
+		b := topology.NewBuilder(name)
+		b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: d}} }, 1).Outputs("n")
+		b.Bolt("pass", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.Shuffle()).Outputs("n")
+		b.Bolt("sink", sink.Bolt, 1).Input("pass", topology.Shuffle())
+		return build(t, b), nil
+	}
+}
+
+// TestNodesAtMostOnceSpoutReadsOnWhereItStopped: at most once, a spout
+// over a rewindable source writes its position before it sends what it
+// read (cluster.Positions). Its worker leaves mid-run, its slot moves,
+// and the spout on the new owner reads on from the position written last:
+// no value reaches the sink twice (a spout that started over would send
+// every value again), and the spout reads to the end. A stateless bolt
+// between them loses at most what the leaving worker had in flight.
+func TestNodesAtMostOnceSpoutReadsOnWhereItStopped(t *testing.T) {
+	eachCoordination(t, func(t *testing.T, c coordination) {
+		verifyNoLeaks(t)
+		const n = 3000
+		name := "amopos"
+		sink := flowtest.NewSink()
+		nd := startNodesOn(t, c, name, rewindableChain(t, name, n, 3*time.Second, sink))
+		members := []string{"n1", "n2", "n3"}
+		for _, m := range members {
+			nd.start(m)
+		}
+		nd.awaitMembers(members...)
+		ctx := context.Background()
+		if err := nd.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "at-most-once"}); err != nil {
+			t.Fatal(err)
+		}
+		first := nd.awaitPlan(name, 0, members...)
+		time.Sleep(time.Second) // about a third of the values are read
+		gen, _, err := nd.gens.Current(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim := gen.Owner(gen.Assignment[0]) // task 0 is the spout's
+		before := len(sink.Values())
+		nd.stop(victim)
+		moved := nd.awaitMove(name, first, victim)
+		t.Logf("%s, the spout's worker, left after %d values reached the sink; its slot moved to %s", victim, before, moved.Moves[victim].To)
+		nd.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+		nd.stopAll()
+
+		got := sinkCounts(sink)
+		var short, twice int
+		for v := range int64(n) {
+			switch got[v] {
+			case 0:
+				short++
+			case 1:
+			default:
+				twice++
+			}
+		}
+		t.Logf("%d of %d values reached the sink, %d twice", len(got), n, twice)
+		if twice > 0 {
+			t.Fatalf("at-most-once delivered %d values twice: the moved spout read its source again", twice)
+		}
+		if got[n-1] == 0 || short > n/4 {
+			t.Fatalf("%d of %d values missing (the last one too: %v): the moved spout did not read on", short, n, got[n-1] == 0)
+		}
+	})
+}
+
+// TestNodesAtMostOnceSpoutCutOffSendsNothingMore: the worker that runs an
+// at-most-once spout over a rewindable source is cut off from NATS past
+// its lease. It cannot write its position, so it holds what it reads;
+// the spout's slot moves and its new owner claims the position. When the
+// cut-off worker comes back, its next write finds the new owner's and it
+// drops what it held instead of sending it: no value reaches the sink
+// twice, and the spout reads to the end on its new owner.
+func TestNodesAtMostOnceSpoutCutOffSendsNothingMore(t *testing.T) {
+	verifyNoLeaks(t)
+	const n = 4000
+	name := "amocut"
+	sink := flowtest.NewSink()
+	nd := startNodes(t, name, rewindableChain(t, name, n, 4*time.Second, sink))
+	nets := map[string]*cutter{}
+	members := []string{"n1", "n2", "n3"}
+	for _, m := range members {
+		net := &cutter{}
+		nets[m] = net
+		nd.configure = func(c *workers.Config) {
+			c.NATSOptions = append(c.NATSOptions, nats.SetCustomDialer(net), nats.ReconnectWait(50*time.Millisecond))
+		}
+		nd.start(m)
+	}
+	nd.configure = nil
+	nd.awaitMembers(members...)
+	ctx := context.Background()
+	if err := nd.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "at-most-once"}); err != nil {
+		t.Fatal(err)
+	}
+	nd.await(30*time.Second, func(s string) bool { return s == cluster.StateRunning })
+	time.Sleep(time.Second)
+	gen, _, err := nd.gens.Current(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := gen.Owner(gen.Assignment[0]) // task 0 is the spout's
+	nets[victim].sever()
+	moved := nd.awaitMove(name, gen.Number, victim)
+	t.Logf("%s, the spout's worker, cut off; its slot moved to %s", victim, moved.Moves[victim].To)
+	time.Sleep(500 * time.Millisecond)
+	nets[victim].heal()
+	nd.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	nd.stopAll()
+
+	got := sinkCounts(sink)
+	twice := 0
+	for _, k := range got {
+		if k > 1 {
+			twice++
+		}
+	}
+	stale := slices.ContainsFunc(nd.logs.lines(), func(l string) bool {
+		return strings.Contains(l, "another worker runs this at-most-once spout task now")
+	})
+	t.Logf("%d of %d values reached the sink, %d twice; the cut-off spout found the new owner's position: %v", len(got), n, twice, stale)
+	if twice > 0 {
+		t.Fatalf("at-most-once delivered %d values twice", twice)
+	}
+	if got[n-1] == 0 {
+		t.Fatal("the last value is missing: the moved spout did not read on")
+	}
+	if !stale {
+		t.Fatal("the cut-off spout never found the new owner's position: the test proves nothing")
 	}
 }

@@ -43,6 +43,18 @@ type outbox struct {
 	// to destinations whose slot moved since (link.go, startFor).
 	dstEpochs []uint64
 	starts    []linkStart
+
+	// gated holds back every frame, in held, until release: an
+	// at-most-once spout sends what it read only once its position after
+	// it is written (spoutPositions).
+	gated bool
+	held  []heldSend
+}
+
+// heldSend is a frame a gated outbox holds for dst.
+type heldSend struct {
+	dst int
+	f   *wire.Frame
 }
 
 // failedRecord is a tree to fail because a frame carrying it could not be
@@ -219,7 +231,30 @@ func (o *outbox) send(dst int, f *wire.Frame) {
 		}
 		o.marks.again(dst)
 	}
+	if o.gated {
+		o.held = append(o.held, heldSend{dst, f})
+		return
+	}
 	o.deliver(dst, f)
+}
+
+// release sends the frames a gated outbox holds, in the order they were
+// made.
+func (o *outbox) release() {
+	for i, h := range o.held {
+		o.deliver(h.dst, h.f)
+		o.held[i] = heldSend{}
+	}
+	o.held = o.held[:0]
+}
+
+// heldRecords counts the records of the frames a gated outbox holds.
+func (o *outbox) heldRecords() int {
+	n := 0
+	for _, h := range o.held {
+		n += len(h.f.Records)
+	}
+	return n
 }
 
 // deliver hands f to chaos, if any, or to the transport.
@@ -317,6 +352,7 @@ func (o *outbox) unsent() int64 {
 	for _, recs := range o.recs {
 		n += int64(len(recs))
 	}
+	n += int64(o.heldRecords())
 	if o.link != nil {
 		n += o.link.HeldRecords()
 	}

@@ -553,6 +553,7 @@ func (r *runner) config(spec cluster.Spec) (Config, error) {
 	}
 	cfg.NATSURL, cfg.Checkpoints = r.n.cfg.NATSURL, r.store
 	cfg.Logger = r.log
+	cfg.positions, cfg.submitted = r.n.positions, spec.Submitted
 	return cfg, nil
 }
 

@@ -84,6 +84,7 @@ type spoutExec struct {
 	spout      topology.Spout
 	selfReplay bool
 	deadAware  topology.DeadLetterAware // nil unless the spout implements it
+	positions  *spoutPositions          // at most once over a rewindable source: see spoutPositions
 	hold       flushHold                // when partial frames go out (run)
 
 	pending      map[uint64]*pendingRoot // tree ID -> root
@@ -133,7 +134,16 @@ func newSpoutExec(b base) *spoutExec {
 		s.showWindow()
 	}
 	s.localAckers = localAckers(b.r.plan, b.w.slot)
+	s.positions = newSpoutPositions(s)
 	return s
+}
+
+// persistPositions writes the position of an at-most-once spout over a
+// rewindable source and sends what its outbox holds (spoutPositions).
+func (s *spoutExec) persistPositions() {
+	if s.positions != nil {
+		s.positions.persist()
+	}
 }
 
 // spoutHold is how soon after its last flush a spout that has nothing more
@@ -174,6 +184,12 @@ func (s *spoutExec) run(ctx context.Context) {
 	if err := s.restore(); err != nil {
 		s.startFailed(ctx, err)
 		return
+	}
+	if s.positions != nil {
+		if err := s.positions.start(ctx); err != nil {
+			s.startFailed(ctx, err)
+			return
+		}
 	}
 	tick := time.NewTicker(min(s.r.cfg.Linger, 10*time.Millisecond))
 	defer tick.Stop()
@@ -217,6 +233,9 @@ func (s *spoutExec) run(ctx context.Context) {
 				return
 			}
 			busy = s.emitted > before
+			if s.positions != nil && len(s.out.held) >= positionHold {
+				s.positions.persist()
+			}
 		}
 		s.r.pending[s.info.id].Store(int64(len(s.pending) + len(s.replayQ) + len(s.delayed)))
 		if busy {
@@ -231,6 +250,7 @@ func (s *spoutExec) run(ctx context.Context) {
 				held = true
 			} else {
 				s.out.flush()
+				s.persistPositions()
 			}
 		}
 		select {
@@ -246,6 +266,7 @@ func (s *spoutExec) run(ctx context.Context) {
 			held = false
 			s.hold.flushed(now)
 			s.out.flush()
+			s.persistPositions()
 		}
 	}
 }
@@ -283,7 +304,7 @@ func (s *spoutExec) guard(what string, fn func() error) (err error) {
 func (s *spoutExec) mayEmit() (replay, read bool) {
 	p := pressure(s.w.throttle.Load())
 	replay = p < queuesFull && len(s.replayQ) > 0
-	read = p == noPressure && !s.exhausted && s.paused == nil
+	read = p == noPressure && !s.exhausted && s.paused == nil && (s.positions == nil || !s.positions.blocks())
 	if !s.track {
 		return replay, read
 	}
@@ -304,6 +325,7 @@ func (s *spoutExec) housekeep(now time.Time) {
 		s.showWindow()
 	}
 	s.r.held[s.info.id].Store(int64(s.out.poll(now)))
+	s.persistPositions()
 	s.linkTick(now)
 	for len(s.delayed) > 0 && !s.delayed[0].trouble.due.After(now) {
 		p := heap.Pop(&s.delayed).(*pendingRoot)
@@ -772,6 +794,7 @@ func (s *spoutExec) stop(graceful bool) {
 		return
 	}
 	s.out.flush()
+	s.persistPositions()
 	s.stopping = true
 	if err := s.guard("Close", s.spout.Close); err != nil {
 		s.tc.Logger.Warn().Err(err).Msg("spout Close failed")
