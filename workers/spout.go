@@ -143,6 +143,16 @@ func newSpoutExec(b base) *spoutExec {
 func (s *spoutExec) persistPositions() {
 	if s.positions != nil {
 		s.positions.persist()
+		s.showExhausted()
+	}
+}
+
+// showExhausted tells the run that the spout's source is done, once
+// nothing it read is held for a position write: a run that ended before
+// those frames were sent would drop them.
+func (s *spoutExec) showExhausted() {
+	if s.exhausted && len(s.out.held) == 0 {
+		s.r.exhausted[s.info.id].Store(true)
 	}
 }
 
@@ -227,7 +237,7 @@ func (s *spoutExec) run(ctx context.Context) {
 			switch {
 			case errors.Is(err, topology.ErrExhausted):
 				s.exhausted = true
-				s.r.exhausted[s.info.id].Store(true)
+				s.showExhausted()
 			case err != nil && ctx.Err() == nil:
 				s.r.abort(err)
 				return
