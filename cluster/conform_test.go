@@ -66,6 +66,22 @@ func TestKVGenerationsConform(t *testing.T) {
 	})
 }
 
+func TestMemoryPositionsConform(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	clustertest.RunPositions(t, func(t *testing.T) cluster.Positions { return cluster.NewMemoryPositions() })
+}
+
+func TestKVPositionsConform(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	clustertest.RunPositions(t, func(t *testing.T) cluster.Positions {
+		p, err := cluster.NewKVPositions(context.Background(), caseJetStream(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	})
+}
+
 func TestMemoryElectorConforms(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	clustertest.RunElector(t, func(t *testing.T, cfg cluster.MembersConfig) cluster.Elector {

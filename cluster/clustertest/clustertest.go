@@ -1,5 +1,5 @@
 // Package clustertest is the conformance suite for the primitives of package
-// cluster: Members, Registry, Generations and Elector. Every implementation
+// cluster: Members, Registry, Generations, Elector and Positions. Every implementation
 // runs it, so that local mode (in memory) and a cluster (JetStream KV)
 // behave alike, expiries and compare-and-set conflicts included. It is a
 // non-test package so that implementations outside this module can run it
