@@ -139,10 +139,11 @@ func newSpoutExec(b base) *spoutExec {
 }
 
 // persistPositions writes the position of an at-most-once spout over a
-// rewindable source and sends what its outbox holds (spoutPositions).
-func (s *spoutExec) persistPositions() {
+// rewindable source and sends what its outbox holds, when that is due at
+// now, or at once for a zero now (spoutPositions.persist).
+func (s *spoutExec) persistPositions(now time.Time) {
 	if s.positions != nil {
-		s.positions.persist()
+		s.positions.persist(now)
 		s.showExhausted()
 	}
 }
@@ -244,7 +245,7 @@ func (s *spoutExec) run(ctx context.Context) {
 			}
 			busy = s.emitted > before
 			if s.positions != nil && len(s.out.held) >= positionHold {
-				s.positions.persist()
+				s.persistPositions(time.Now())
 			}
 		}
 		s.r.pending[s.info.id].Store(int64(len(s.pending) + len(s.replayQ) + len(s.delayed)))
@@ -260,7 +261,7 @@ func (s *spoutExec) run(ctx context.Context) {
 				held = true
 			} else {
 				s.out.flush()
-				s.persistPositions()
+				s.persistPositions(time.Now())
 			}
 		}
 		select {
@@ -276,7 +277,7 @@ func (s *spoutExec) run(ctx context.Context) {
 			held = false
 			s.hold.flushed(now)
 			s.out.flush()
-			s.persistPositions()
+			s.persistPositions(now)
 		}
 	}
 }
@@ -335,7 +336,7 @@ func (s *spoutExec) housekeep(now time.Time) {
 		s.showWindow()
 	}
 	s.r.held[s.info.id].Store(int64(s.out.poll(now)))
-	s.persistPositions()
+	s.persistPositions(now)
 	s.linkTick(now)
 	for len(s.delayed) > 0 && !s.delayed[0].trouble.due.After(now) {
 		p := heap.Pop(&s.delayed).(*pendingRoot)
@@ -804,7 +805,7 @@ func (s *spoutExec) stop(graceful bool) {
 		return
 	}
 	s.out.flush()
-	s.persistPositions()
+	s.persistPositions(time.Time{}) // at once: nothing comes after
 	s.stopping = true
 	if err := s.guard("Close", s.spout.Close); err != nil {
 		s.tc.Logger.Warn().Err(err).Msg("spout Close failed")

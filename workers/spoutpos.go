@@ -35,12 +35,17 @@ type spoutPositions struct {
 	// stale: another owner of the task wrote since; failing: the last
 	// write failed (the frames stay held and the next tick tries again).
 	stale, failing bool
+	// since is when the outbox began to hold what it holds now (zero:
+	// nothing held, as far as persist has looked).
+	since time.Time
 }
 
 // positionHold is how many frames a spout's outbox holds before it writes
-// its position and sends them, at most; it also writes whenever it
-// flushes (idle, or on the linger tick). spoutBlockedFrames is how many it
-// may hold while writes fail before it stops reading.
+// its position and sends them, at most; short of that it writes once the
+// frames have waited the linger, as a partial batch does, so that a paced
+// spout, which flushes every few hundred microseconds, does not write its
+// position at every flush. spoutBlockedFrames is how many it may hold
+// while writes fail before it stops reading.
 const (
 	positionHold       = 16
 	spoutBlockedFrames = 4 * positionHold
@@ -115,13 +120,23 @@ func (p *spoutPositions) put(ctx context.Context, at []byte, rev uint64) error {
 }
 
 // persist writes where the source stands, after every record the spout
-// has emitted, and then sends the frames the outbox holds. A write that
-// fails keeps them held (the next call tries again); one that finds
-// another owner's write drops them for good.
-func (p *spoutPositions) persist() {
+// has emitted, and then sends the frames the outbox holds: when they are
+// positionHold frames or have waited the linger, or always when now is
+// zero (a graceful stop). A write that fails keeps them held (a later
+// call tries again); one that finds another owner's write drops them for
+// good.
+func (p *spoutPositions) persist(now time.Time) {
 	s := p.s
 	if p.stale || len(s.out.held) == 0 {
 		return
+	}
+	if !now.IsZero() && len(s.out.held) < positionHold {
+		if p.since.IsZero() {
+			p.since = now
+		}
+		if now.Sub(p.since) < s.r.cfg.Linger {
+			return
+		}
 	}
 	var at []byte
 	if err := s.guard("Position", func() (err error) { at, err = p.src.Position(); return err }); err != nil {
@@ -138,11 +153,13 @@ func (p *spoutPositions) persist() {
 			s.tc.Logger.Info().Msg("the spout's position is written again; sending what it held")
 		}
 		s.out.release()
+		p.since = time.Time{}
 	case errors.Is(err, cluster.ErrConflict):
 		p.stale = true
 		n := s.out.heldRecords()
 		s.r.tc.unsentRecords.Add(int64(n))
 		s.out.held = s.out.held[:0]
+		p.since = time.Time{}
 		s.tc.Logger.Error().Err(err).Int("records", n).Msg("another worker runs this at-most-once spout task now; this one sends nothing more (its unsent records are counted as discarded)")
 	default:
 		if !p.failing {
