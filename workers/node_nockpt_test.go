@@ -426,15 +426,42 @@ func (n *nodes) submitOnThree(spec cluster.Spec) {
 	}
 }
 
-// rewindableChain builds a rewindable spout of n numbers read over d, a
-// stateless bolt of three tasks and sink.
-func rewindableChain(t *testing.T, name string, n int64, d time.Duration, sink *flowtest.Sink) func(map[string]string) (*topology.Topology, error) {
-	return func(map[string]string) (*topology.Topology, error) {
+// rewindableShapes reads a rewindable spout of n numbers, read over d,
+// into three branches of stateless bolts, each ending in its sink: a
+// shuffled pass (each number once), an All grouping over two copies
+// (twice) and a fan-out of three (values 0..3n-1, once each).
+func rewindableShapes(t *testing.T, name string, n int64, d time.Duration) ([]branch, func(map[string]string) (*topology.Topology, error)) {
+	branches := []branch{{"direct", flowtest.NewSink(), n, 1}, {"all", flowtest.NewSink(), n, 2}, {"fanned", flowtest.NewSink(), 3 * n, 1}}
+	return branches, func(map[string]string) (*topology.Topology, error) {
 		b := topology.NewBuilder(name)
 		b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: d}} }, 1).Outputs("n")
-		b.Bolt("pass", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.Shuffle()).Outputs("n")
-		b.Bolt("sink", sink.Bolt, 1).Input("pass", topology.Shuffle())
+		b.Bolt("pre", func() topology.Bolt { return &pass{} }, 3).Input("numbers", topology.Shuffle()).Outputs("n")
+		b.Bolt("copy", func() topology.Bolt { return &pass{} }, 2).Input("numbers", topology.All()).Outputs("n")
+		b.Bolt("fan", func() topology.Bolt { return &fanOut{k: 3} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+		for i, from := range []string{"pre", "copy", "fan"} {
+			b.Bolt(branches[i].name, branches[i].sink.Bolt, 1).Input(from, topology.Shuffle())
+		}
 		return build(t, b), nil
+	}
+}
+
+// checkReadOn fails t if a branch got a value more often than its shape
+// says (at most once sent something twice), lacks its last value (the
+// moved spout did not read to the end), or lost more than a quarter.
+func checkReadOn(t *testing.T, branches []branch) {
+	t.Helper()
+	for _, br := range branches {
+		short, over, foreign := br.tally()
+		last := sinkCounts(br.sink)[br.size-1]
+		t.Logf("%s: %d of %d values short of %d, %d over; the last one %d times", br.name, short, br.size, br.want, over, last)
+		switch {
+		case over > 0 || foreign > 0:
+			t.Fatalf("%s: at-most-once delivered %d values more often than the shape says (%d foreign): the moved spout read its source again", br.name, over, foreign)
+		case last != br.want:
+			t.Fatalf("%s: the last value arrived %d times, want %d: the moved spout did not read on", br.name, last, br.want)
+		case short > int(br.size)/4:
+			t.Fatalf("%s: %d of %d values short: more than the move had in flight", br.name, short, br.size)
+		}
 	}
 }
 
@@ -442,16 +469,16 @@ func rewindableChain(t *testing.T, name string, n int64, d time.Duration, sink *
 // over a rewindable source writes its position before it sends what it
 // read (cluster.Positions). Its worker leaves mid-run, its slot moves,
 // and the spout on the new owner reads on from the position written last:
-// no value reaches the sink twice (a spout that started over would send
-// every value again), and the spout reads to the end. A stateless bolt
-// between them loses at most what the leaving worker had in flight.
+// in three shapes (a shuffled pass, an All grouping, a fan-out) no value
+// reaches its sink more often than the shape says (a spout that started
+// over would send every value again), and the spout reads to the end.
 func TestNodesAtMostOnceSpoutReadsOnWhereItStopped(t *testing.T) {
 	eachCoordination(t, func(t *testing.T, c coordination) {
 		verifyNoLeaks(t)
 		const n = 3000
 		name := "amopos"
-		sink := flowtest.NewSink()
-		nd := startNodesOn(t, c, name, rewindableChain(t, name, n, 3*time.Second, sink))
+		branches, topo := rewindableShapes(t, name, n, 3*time.Second)
+		nd := startNodesOn(t, c, name, topo)
 		members := []string{"n1", "n2", "n3"}
 		for _, m := range members {
 			nd.start(m)
@@ -468,31 +495,13 @@ func TestNodesAtMostOnceSpoutReadsOnWhereItStopped(t *testing.T) {
 			t.Fatal(err)
 		}
 		victim := gen.Owner(gen.Assignment[0]) // task 0 is the spout's
-		before := len(sink.Values())
 		nd.stop(victim)
 		moved := nd.awaitMove(name, first, victim)
-		t.Logf("%s, the spout's worker, left after %d values reached the sink; its slot moved to %s", victim, before, moved.Moves[victim].To)
+		t.Logf("%s, the spout's worker, left; its slot moved to %s", victim, moved.Moves[victim].To)
 		nd.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
 		nd.stopAll()
 
-		got := sinkCounts(sink)
-		var short, twice int
-		for v := range int64(n) {
-			switch got[v] {
-			case 0:
-				short++
-			case 1:
-			default:
-				twice++
-			}
-		}
-		t.Logf("%d of %d values reached the sink, %d twice", len(got), n, twice)
-		if twice > 0 {
-			t.Fatalf("at-most-once delivered %d values twice: the moved spout read its source again", twice)
-		}
-		if got[n-1] == 0 || short > n/4 {
-			t.Fatalf("%d of %d values missing (the last one too: %v): the moved spout did not read on", short, n, got[n-1] == 0)
-		}
+		checkReadOn(t, branches)
 	})
 }
 
@@ -501,14 +510,15 @@ func TestNodesAtMostOnceSpoutReadsOnWhereItStopped(t *testing.T) {
 // its lease. It cannot write its position, so it holds what it reads;
 // the spout's slot moves and its new owner claims the position. When the
 // cut-off worker comes back, its next write finds the new owner's and it
-// drops what it held instead of sending it: no value reaches the sink
-// twice, and the spout reads to the end on its new owner.
+// drops what it held instead of sending it: no value reaches its sink
+// more often than its shape says (rewindableShapes), and the spout reads
+// to the end on its new owner.
 func TestNodesAtMostOnceSpoutCutOffSendsNothingMore(t *testing.T) {
 	verifyNoLeaks(t)
 	const n = 4000
 	name := "amocut"
-	sink := flowtest.NewSink()
-	nd := startNodes(t, name, rewindableChain(t, name, n, 4*time.Second, sink))
+	branches, topo := rewindableShapes(t, name, n, 4*time.Second)
+	nd := startNodes(t, name, topo)
 	nets := map[string]*cutter{}
 	members := []string{"n1", "n2", "n3"}
 	for _, m := range members {
@@ -540,23 +550,10 @@ func TestNodesAtMostOnceSpoutCutOffSendsNothingMore(t *testing.T) {
 	nd.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
 	nd.stopAll()
 
-	got := sinkCounts(sink)
-	twice := 0
-	for _, k := range got {
-		if k > 1 {
-			twice++
-		}
-	}
 	stale := slices.ContainsFunc(nd.logs.lines(), func(l string) bool {
 		return strings.Contains(l, "another worker runs this at-most-once spout task now")
 	})
-	t.Logf("%d of %d values reached the sink, %d twice; the cut-off spout found the new owner's position: %v", len(got), n, twice, stale)
-	if twice > 0 {
-		t.Fatalf("at-most-once delivered %d values twice", twice)
-	}
-	if got[n-1] == 0 {
-		t.Fatal("the last value is missing: the moved spout did not read on")
-	}
+	checkReadOn(t, branches)
 	if !stale {
 		t.Fatal("the cut-off spout never found the new owner's position: the test proves nothing")
 	}
