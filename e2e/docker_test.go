@@ -169,7 +169,7 @@ func run(t *testing.T, timeout time.Duration, env []string, name string, args ..
 // brings the compose project up; the cleanups take everything down again
 // and check that nothing is left.
 func startDocker(t *testing.T) *dockerSuite {
-	d := &dockerSuite{root: t, t: t, dir: t.TempDir(), tag: fmt.Sprintf("e2e-%d", rand.Uint32()), port: freePort(t), metrics: freePort(t)}
+	d := &dockerSuite{root: t, t: t, dir: t.TempDir(), tag: fmt.Sprintf("e2e-%d", rand.Uint32())}
 	d.project = "ackflowe2e" + strings.TrimPrefix(d.tag, "e2e-")
 	build := filepath.Join(d.dir, "build")
 	root, err := filepath.Abs("..")
@@ -200,11 +200,40 @@ func startDocker(t *testing.T) *dockerSuite {
 	d.files = []string{filepath.Join(root, "deploy", "docker-compose.yml"), override}
 	t.Cleanup(d.down)
 	started = time.Now()
-	d.compose(3*time.Minute, "up", "-d", "nats1", "nats2", "nats3", "w1", "w2", "w3")
+	d.up()
 	d.healthy()
 	t.Logf("compose project %s up and healthy in %v", d.project, time.Since(started).Round(time.Second))
 	d.c = &testCluster{t: t, url: fmt.Sprintf("nats://127.0.0.1:%d", d.port), dir: d.dir, moreLogs: d.workerLogs}
 	return d
+}
+
+// up brings the servers and workers up on host ports picked just before:
+// a picked port is free only until something else binds it (the other e2e
+// process starts servers meanwhile), so a port docker finds taken is
+// picked again rather than failing the suite.
+func (d *dockerSuite) up() {
+	d.t.Helper()
+	for attempt := 1; ; attempt++ {
+		d.port, d.metrics = freePort(d.t), freePort(d.t)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		cmd := exec.CommandContext(ctx, "docker-compose", d.composeArgs("up", "-d", "nats1", "nats2", "nats3", "w1", "w2", "w3")...)
+		cmd.Env = append(os.Environ(), d.env()...)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err == nil {
+			return
+		}
+		if attempt < 3 && portTaken(string(out)) {
+			d.t.Logf("host port %d or %d was taken before docker bound it; picking others:\n%s", d.port, d.metrics, out)
+			continue
+		}
+		fatalf(d.t, "docker-compose up: %v\n%s", err, out)
+	}
+}
+
+// portTaken tells whether docker's output says a host port was in use.
+func portTaken(out string) bool {
+	return strings.Contains(out, "port is already allocated") || strings.Contains(out, "address already in use")
 }
 
 // workerLogs returns the last lines of each worker container's log, for a
