@@ -558,3 +558,73 @@ func TestNodesAtMostOnceSpoutCutOffSendsNothingMore(t *testing.T) {
 		t.Fatal("the cut-off spout never found the new owner's position: the test proves nothing")
 	}
 }
+
+// TestNodesAtMostOnceSpoutPositionPassesUnsubscribedRecords: an
+// at-most-once spout whose records go to a stream no task subscribes to
+// leaves no frame to hold, but its position must pass those records too.
+// Its worker leaves after it read about half of them, and its task,
+// started again elsewhere, must seek to where it stopped, not to the
+// beginning: a task started again that often, with the position never
+// written, read from the beginning each time and never reached its end
+// (found by randshapes' crash chaos, which now crashes such spouts).
+func TestNodesAtMostOnceSpoutPositionPassesUnsubscribedRecords(t *testing.T) {
+	verifyNoLeaks(t)
+	const n = 2000
+	name := "amounsubscribed"
+	var mu sync.Mutex
+	var seeks []int64
+	nd := startNodesOn(t, inMemory, name, func(map[string]string) (*topology.Topology, error) {
+		b := topology.NewBuilder(name)
+		b.Spout("numbers", func() topology.Spout {
+			return &seekRecorder{rewindable{numbers{n: n, d: 2 * time.Second, stream: "unsubscribed"}}, &mu, &seeks}
+		}, 1).Outputs("n").Stream("unsubscribed", "n")
+		b.Bolt("sink", flowtest.NewSink().Bolt, 1).Input("numbers", topology.Shuffle())
+		return build(t, b), nil
+	})
+	members := []string{"n1", "n2"}
+	for _, m := range members {
+		nd.start(m)
+	}
+	nd.awaitMembers(members...)
+	ctx := context.Background()
+	if err := nd.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "at-most-once"}); err != nil {
+		t.Fatal(err)
+	}
+	first := nd.awaitPlan(name, 0, members...)
+	time.Sleep(time.Second) // about half of the numbers are read
+	gen, _, err := nd.gens.Current(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := gen.Owner(gen.Assignment[0]) // task 0 is the spout's
+	nd.stop(victim)
+	nd.awaitMove(name, first, victim)
+	nd.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	nd.stopAll()
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("the spout's tasks sought to %v", seeks)
+	// The first task finds no position and reads from the beginning; the
+	// moved one seeks to where the first stopped.
+	if len(seeks) == 0 || seeks[len(seeks)-1] < n/4 {
+		t.Fatalf("the spout's task on the new owner sought to %v of %d numbers, after about half were read: the position did not pass the records nobody subscribes to", seeks, n)
+	}
+}
+
+// seekRecorder notes every position its spout seeks to.
+type seekRecorder struct {
+	rewindable
+	mu    *sync.Mutex
+	seeks *[]int64
+}
+
+func (s *seekRecorder) Seek(pos []byte) error {
+	if err := s.rewindable.Seek(pos); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	*s.seeks = append(*s.seeks, s.next)
+	s.mu.Unlock()
+	return nil
+}

@@ -38,6 +38,11 @@ type spoutPositions struct {
 	// since is when the outbox began to hold what it holds now (zero:
 	// nothing held, as far as persist has looked).
 	since time.Time
+	// emitted is the spout's count of roots at the position written last:
+	// roots that no task subscribes to leave no frame to hold, but the
+	// position must pass them too, or a task started again reads them
+	// again, and one started again often enough never reaches its end.
+	emitted int
 }
 
 // positionHold is how many frames a spout's outbox holds before it writes
@@ -95,6 +100,7 @@ func (p *spoutPositions) start(ctx context.Context) error {
 			return err
 		}
 		if err := p.put(ctx, at, rev); !errors.Is(err, cluster.ErrConflict) {
+			p.emitted = s.emitted
 			return err
 		}
 		// Written meanwhile, by a previous owner: read it again.
@@ -122,12 +128,13 @@ func (p *spoutPositions) put(ctx context.Context, at []byte, rev uint64) error {
 // persist writes where the source stands, after every record the spout
 // has emitted, and then sends the frames the outbox holds: when they are
 // positionHold frames or have waited the linger, or always when now is
-// zero (a graceful stop). A write that fails keeps them held (a later
+// zero (a graceful stop). It writes, by the same rules, when the spout
+// emitted roots that left no frame (a stream nobody subscribes to). A write that fails keeps them held (a later
 // call tries again); one that finds another owner's write drops them for
 // good.
 func (p *spoutPositions) persist(now time.Time) {
 	s := p.s
-	if p.stale || len(s.out.held) == 0 {
+	if p.stale || len(s.out.held) == 0 && s.emitted == p.emitted {
 		return
 	}
 	if !now.IsZero() && len(s.out.held) < positionHold {
@@ -143,6 +150,7 @@ func (p *spoutPositions) persist(now time.Time) {
 		s.r.abort(err)
 		return
 	}
+	emitted := s.emitted
 	// Not the run's context: a graceful stop, whose context has ended,
 	// still sends what it holds.
 	err := p.put(context.Background(), at, p.rev)
@@ -153,7 +161,7 @@ func (p *spoutPositions) persist(now time.Time) {
 			s.tc.Logger.Info().Msg("the spout's position is written again; sending what it held")
 		}
 		s.out.release()
-		p.since = time.Time{}
+		p.since, p.emitted = time.Time{}, emitted
 	case errors.Is(err, cluster.ErrConflict):
 		p.stale = true
 		n := s.out.heldRecords()
