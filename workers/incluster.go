@@ -34,6 +34,11 @@ type inCluster struct {
 	// protect keeps crash chaos off the node that holds the stateful
 	// tasks, when there are no checkpoints to restore them from.
 	protect bool
+	// movable are the spouts that protect leaves to crash chaos: at most
+	// once, a spout over a rewindable source reads on from the position it
+	// wrote before it sent (spoutPositions), so its task may start again
+	// elsewhere without sending anything twice.
+	movable map[string]bool
 
 	// refs are the tasks, by ID, for the status page.
 	refs []TaskRef
@@ -112,6 +117,12 @@ func runInProcessCluster(ctx context.Context, topo *topology.Topology, cfg Confi
 		rt.DeadLetters = letters
 	}
 	c.protect = cfg.Chaos.CrashEvery > 0 && cfg.checkpointEvery() == 0
+	c.movable = map[string]bool{}
+	for _, comp := range topo.Components {
+		if comp.IsSpout() && cfg.Guarantee == AtMostOnce {
+			_, c.movable[comp.Name] = comp.SpoutFn().(topology.Positioned)
+		}
+	}
 	for i := range cfg.Workers {
 		c.names = append(c.names, fmt.Sprintf("worker-%d", i))
 	}
@@ -245,7 +256,8 @@ func (c *inCluster) status(start time.Time) LocalStatus {
 // protect the spouts and stateful bolts on the first live node, away from
 // the nodes crash chaos crashes, and the ackers round-robin over the others
 // (crash chaos still crashes them: a lost acker is part of what such runs
-// test).
+// test). At most once, spouts over rewindable sources (movable) go with
+// the others: their positions survive a crash.
 func (c *inCluster) place(tasks []TaskRef, live []string) map[int]string {
 	var order []string
 	for _, n := range c.names {
@@ -257,7 +269,7 @@ func (c *inCluster) place(tasks []TaskRef, live []string) map[int]string {
 	next := 0
 	for _, t := range tasks {
 		switch {
-		case c.protect && len(order) > 1 && t.Stateful:
+		case c.protect && len(order) > 1 && t.Stateful && !c.movable[t.Component]:
 			out[t.ID] = order[0]
 		case c.protect && len(order) > 1:
 			out[t.ID] = order[1+next%(len(order)-1)]
@@ -444,7 +456,8 @@ func (c *inCluster) await(ctx context.Context, start time.Time) error {
 // crashChaos crashes a node every period, and starts it again at once
 // under its name (it rejoins once its entry has expired, as a restarted
 // process does). Without checkpoints it spares the node that holds the
-// stateful tasks (place), whose state a crash would lose.
+// stateful tasks (place), whose state a crash would lose; at most once,
+// spouts over rewindable sources are not among them (movable).
 func (c *inCluster) crashChaos(every time.Duration, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(c.cfg.Chaos.Seed, 0xc4a5))
 	candidates := c.names

@@ -24,7 +24,8 @@ import (
 // rough is the chaos of these tests: every kind of frame fault, the
 // fraction fail of inputs failed in bolts, and a worker crash every 700 ms
 // (only workers without spouts or stateful bolts are crashed before
-// checkpoints exist).
+// checkpoints exist; at most once, workers with spouts over rewindable
+// sources too).
 func rough(seed uint64, drop, fail float64) chaos.Config {
 	return chaos.Config{Drop: drop, Dup: 0.02, Reorder: 0.1, Delay: time.Millisecond, DelayProb: 0.2, Fail: fail, CrashEvery: 700 * time.Millisecond, Seed: seed}
 }

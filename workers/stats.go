@@ -228,7 +228,9 @@ type Summary struct {
 
 	// SourceRecords counts the root records the spouts read from their
 	// sources, replays excluded. Exactly-once, the records a spout reads
-	// again after a rollback to a checkpoint count again.
+	// again after a rollback to a checkpoint count again; at most once,
+	// so do those a spout task started again reads again: what the task it
+	// replaces had read but not sent, before its position was written.
 	SourceRecords int64
 	Records       int64 // records emitted by all components, replays included
 	RecordsPerSec float64
