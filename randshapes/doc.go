@@ -25,5 +25,9 @@
 // that at most once with crashes processed a record twice while a slot
 // moved back (workers.TestTwoOwnersOfAMovingSlotRunEachFrameOnce) and
 // left records that crashes dropped out of the summary
-// (workers.TestAtMostOnceCrashesAccountForEveryRecord).
+// (workers.TestAtMostOnceCrashesAccountForEveryRecord). Once its crash
+// chaos crashed at-most-once spouts too, it found that a spout whose
+// records went to a stream nobody reads never moved its position and,
+// started again every few hundred milliseconds, never finished
+// (workers.TestNodesAtMostOnceSpoutPositionPassesUnsubscribedRecords).
 package randshapes
