@@ -416,7 +416,13 @@ func TestLeaderPlacesTasksByThePlacementPolicy(t *testing.T) {
 // members, and submits spec.
 func (n *nodes) submitOnThree(spec cluster.Spec) {
 	n.t.Helper()
-	members := []string{"n1", "n2", "n3"}
+	n.submitOn(spec, "n1", "n2", "n3")
+}
+
+// submitOn starts the nodes members, waits until they are members, and
+// submits spec.
+func (n *nodes) submitOn(spec cluster.Spec, members ...string) {
+	n.t.Helper()
 	for _, m := range members {
 		n.start(m)
 	}
@@ -479,16 +485,9 @@ func TestNodesAtMostOnceSpoutReadsOnWhereItStopped(t *testing.T) {
 		name := "amopos"
 		branches, topo := rewindableShapes(t, name, n, 3*time.Second)
 		nd := startNodesOn(t, c, name, topo)
-		members := []string{"n1", "n2", "n3"}
-		for _, m := range members {
-			nd.start(m)
-		}
-		nd.awaitMembers(members...)
+		nd.submitOnThree(cluster.Spec{Name: name, Guarantee: "at-most-once"})
+		first := nd.awaitPlan(name, 0, "n1", "n2", "n3")
 		ctx := context.Background()
-		if err := nd.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "at-most-once"}); err != nil {
-			t.Fatal(err)
-		}
-		first := nd.awaitPlan(name, 0, members...)
 		time.Sleep(time.Second) // about a third of the values are read
 		gen, _, err := nd.gens.Current(ctx, name)
 		if err != nil {
@@ -581,16 +580,9 @@ func TestNodesAtMostOnceSpoutPositionPassesUnsubscribedRecords(t *testing.T) {
 		b.Bolt("sink", flowtest.NewSink().Bolt, 1).Input("numbers", topology.Shuffle())
 		return build(t, b), nil
 	})
-	members := []string{"n1", "n2"}
-	for _, m := range members {
-		nd.start(m)
-	}
-	nd.awaitMembers(members...)
+	nd.submitOn(cluster.Spec{Name: name, Guarantee: "at-most-once"}, "n1", "n2")
+	first := nd.awaitPlan(name, 0, "n1", "n2")
 	ctx := context.Background()
-	if err := nd.reg.Submit(ctx, cluster.Spec{Name: name, Guarantee: "at-most-once"}); err != nil {
-		t.Fatal(err)
-	}
-	first := nd.awaitPlan(name, 0, members...)
 	time.Sleep(time.Second) // about half of the numbers are read
 	gen, _, err := nd.gens.Current(ctx, name)
 	if err != nil {
