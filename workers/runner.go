@@ -595,6 +595,13 @@ type quietKey struct {
 	tasks                                        int
 	spoutsDone, idle                             bool
 	unprocessed                                  int64 // when idle
+	// drained: the sources are done and nothing is counted in flight. A
+	// report that said so must not stand once records are counted again:
+	// three rounds of it end a run without checkpoints (leading.drained),
+	// and records still moving are not idle, so their count is not in the
+	// key. Such a stale report once ended a local at-most-once run with
+	// 433 records in flight.
+	drained bool
 }
 
 func (rep Report) quietKey(idle bool) quietKey {
@@ -610,6 +617,7 @@ func (rep Report) quietKey(idle bool) quietKey {
 				k.spoutsDone = false
 			}
 		}
+		k.drained = k.spoutsDone && st.Unprocessed == 0
 	}
 	return k
 }

@@ -311,4 +311,18 @@ func TestQuietKeySaysWhatTheLeaderDecidesFrom(t *testing.T) {
 			t.Errorf("idle with %d in flight instead of 37: the key did not change", n)
 		}
 	}
+	// With the sources done, a report of none in flight must not stand
+	// once records are counted again, while they still move (not idle):
+	// three rounds of a stale 0 end a run without checkpoints.
+	done := func(unprocessed int64) Report {
+		rep := base()
+		rep.Status.Tasks[0].Exhausted, rep.Status.Tasks[0].Pending, rep.Status.Unprocessed = true, 0, unprocessed
+		return rep
+	}
+	if done(0).quietKey(false) == done(12).quietKey(false) {
+		t.Error("sources done: 0 in flight and then 12, not idle: the key did not change, so the 0 could stand")
+	}
+	if done(12).quietKey(false) != done(40).quietKey(false) {
+		t.Error("sources done: 12 in flight and then 40, not idle: the key changed, so the report would go out every round")
+	}
 }

@@ -149,10 +149,13 @@ func (s *spoutExec) persistPositions(now time.Time) {
 }
 
 // showExhausted tells the run that the spout's source is done, once
-// nothing it read is held for a position write: a run that ended before
-// those frames were sent would drop them.
+// everything it read has left its outbox: nothing waits in a partial
+// frame, or is held for a position write. A run that ended before those
+// frames were sent would drop them; and at most once, where the end waits
+// for the records sent and not yet processed to come to 0, a partial
+// frame is not yet counted as sent.
 func (s *spoutExec) showExhausted() {
-	if s.exhausted && len(s.out.held) == 0 {
+	if s.exhausted && len(s.out.held) == 0 && len(s.out.dirty) == 0 {
 		s.r.exhausted[s.info.id].Store(true)
 	}
 }
@@ -262,6 +265,7 @@ func (s *spoutExec) run(ctx context.Context) {
 			} else {
 				s.out.flush()
 				s.persistPositions(time.Now())
+				s.showExhausted()
 			}
 		}
 		select {
@@ -278,6 +282,7 @@ func (s *spoutExec) run(ctx context.Context) {
 			s.hold.flushed(now)
 			s.out.flush()
 			s.persistPositions(now)
+			s.showExhausted()
 		}
 	}
 }
