@@ -129,9 +129,9 @@ func (p *spoutPositions) put(ctx context.Context, at []byte, rev uint64) error {
 // has emitted, and then sends the frames the outbox holds: when they are
 // positionHold frames or have waited the linger, or always when now is
 // zero (a graceful stop). It writes, by the same rules, when the spout
-// emitted roots that left no frame (a stream nobody subscribes to). A write that fails keeps them held (a later
-// call tries again); one that finds another owner's write drops them for
-// good.
+// emitted roots that left no frame (a stream nobody subscribes to). A
+// write that fails keeps the frames held (a later call tries again); one
+// that finds another owner's write drops them for good.
 func (p *spoutPositions) persist(now time.Time) {
 	s := p.s
 	if p.stale || len(s.out.held) == 0 && s.emitted == p.emitted {
