@@ -1288,7 +1288,11 @@ func runOne(t *testing.T, sh *shape, rc runCfg, hunt bool) {
 		},
 	})
 	if err != nil {
-		t.Fatalf("run failed after %v: %v\n%s\nconfig %s (largest tree %d inputs)\n%s\nlogs:\n%s", time.Since(start).Round(time.Millisecond), err, repro, rc, o.tree, sh, tail(logs, 30))
+		var sl string
+		if sum != nil {
+			sl = summaryLine(sum)
+		}
+		t.Fatalf("run failed after %v: %v\n%s\nconfig %s (largest tree %d inputs)\n%s\nsummary: %s\nlogs:\n%s", time.Since(start).Round(time.Millisecond), err, repro, rc, o.tree, sh, sl, tail(logs, 30))
 	}
 	problems, notes := compare(sh, rc, o, e.rec, sinks, sum)
 	for _, n := range notes {
