@@ -438,3 +438,58 @@ func TestMovedReceiverAsksForFramesAfterTheSendersStart(t *testing.T) {
 		}
 	})
 }
+
+// TestSustainedLossIsResentNotGivenUp: a sender whose frames keep getting
+// lost, one in five, always has a gap open at its receiver. Each lost
+// frame is asked for and resent; none may be given up. When the NACKs
+// were counted per sender rather than per series starting at the oldest
+// missing frame, the count never went back to 0 while frames kept getting
+// lost: the waits between NACKs doubled, and after maxNacks every frame
+// missing then was given up, the newest without ever being asked for.
+func TestSustainedLossIsResentNotGivenUp(t *testing.T) {
+	cfg := lossConfig{grace: 2 * time.Millisecond, renack: 20 * time.Millisecond, maxNacks: 3}
+	t0 := time.Unix(1000, 0)
+	ff := newFrameFilter(2, 1, true, nil)
+	admit := func(seq uint64) {
+		t.Helper()
+		if !ff.admit(&wire.Frame{Src: 1, Epoch: 1, Seq: seq}, false) {
+			t.Fatalf("frame %d refused", seq)
+		}
+	}
+	var seq uint64
+	var givenUp, nacks int64
+	lost := map[uint64]bool{}
+	for step := range 200 {
+		now := t0.Add(time.Duration(step) * 5 * time.Millisecond)
+		for i := range 5 {
+			seq++
+			if i == 2 {
+				lost[seq] = true
+				continue
+			}
+			admit(seq)
+		}
+		var asked []uint64
+		c := ff.check(now, cfg, func(src int32, msgs []wire.LinkMsg) {
+			for _, m := range msgs {
+				for s := m.Seq; s < m.Seq+m.Count; s++ {
+					asked = append(asked, s)
+				}
+			}
+		})
+		givenUp, nacks = givenUp+c.givenUp, nacks+c.nacks
+		// The sender resends what is asked for, and it arrives.
+		for _, s := range asked {
+			if lost[s] {
+				delete(lost, s)
+				admit(s)
+			}
+		}
+	}
+	if givenUp > 0 {
+		t.Fatalf("%d lost frames given up (%d NACKs), though each was resent when asked for", givenUp, nacks)
+	}
+	if len(lost) > 2 {
+		t.Fatalf("%d lost frames never asked for at the end: %v", len(lost), lost)
+	}
+}
