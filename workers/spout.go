@@ -140,12 +140,14 @@ func newSpoutExec(b base) *spoutExec {
 
 // persistPositions writes the position of an at-most-once spout over a
 // rewindable source and sends what its outbox holds, when that is due at
-// now, or at once for a zero now (spoutPositions.persist).
+// now, or at once for a zero now (spoutPositions.persist). Every flush
+// comes before a call, so it also tells the run, once the outbox is empty,
+// that the source is done (showExhausted).
 func (s *spoutExec) persistPositions(now time.Time) {
 	if s.positions != nil {
 		s.positions.persist(now)
-		s.showExhausted()
 	}
+	s.showExhausted()
 }
 
 // showExhausted tells the run that the spout's source is done, once
@@ -265,7 +267,6 @@ func (s *spoutExec) run(ctx context.Context) {
 			} else {
 				s.out.flush()
 				s.persistPositions(time.Now())
-				s.showExhausted()
 			}
 		}
 		select {
@@ -282,7 +283,6 @@ func (s *spoutExec) run(ctx context.Context) {
 			s.hold.flushed(now)
 			s.out.flush()
 			s.persistPositions(now)
-			s.showExhausted()
 		}
 	}
 }
