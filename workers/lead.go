@@ -92,8 +92,11 @@ func (r *runner) leadTopology(ctx context.Context) {
 		case <-r.lead:
 		case <-tick.C:
 		}
-		if l.live == nil {
-			continue // the first membership list comes first
+		if l.live == nil || ctx.Err() != nil {
+			// The first membership list comes first; a leader whose lead
+			// has ended acts no more, though select may have picked
+			// another case that was ready with ctx.Done.
+			continue
 		}
 		if err := l.decide(); err != nil && ctx.Err() == nil {
 			r.log.Warn().Err(err).Msg("leader: will look again")

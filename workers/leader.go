@@ -260,6 +260,11 @@ func (l *Leader) End(ctx context.Context) error {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	say := func() { l.nc.Publish(barrierSubject(l.r.plan.topo.Name), []byte(fmt.Sprintf("end %d", l.g.Number))) }
+	if err := ctx.Err(); err != nil {
+		// A leader that stops, or has lost its lead, ends nothing: the
+		// one after it decides.
+		return fmt.Errorf("workers: generation %d not ended: %w", l.g.Number, err)
+	}
 	say()
 	for {
 		l.mu.Lock()
