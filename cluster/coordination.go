@@ -12,7 +12,7 @@ import (
 // Coordination is what one worker process coordinates through: the
 // cluster's live members, the submitted topologies, their generations,
 // their leaders, the workers' status reports and the positions of
-// at-most-once spouts. Every worker of a cluster holds handles of its own
+// spouts without checkpoints. Every worker of a cluster holds handles of its own
 // on the same buckets.
 type Coordination struct {
 	Members     Members

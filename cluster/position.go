@@ -11,15 +11,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// PositionsBucket holds the source positions of at-most-once spouts.
+// PositionsBucket holds the source positions of spouts in topologies
+// without checkpoints.
 const PositionsBucket = "ackflow_positions"
 
-// SpoutPosition is where an at-most-once spout task's source stands, as
-// its task wrote it before sending the records read up to there (Storm's
-// Kafka spout commits offsets before it emits, for at-most-once, the same
-// way). A spout task that starts again, on another worker or in a later
-// generation, reads on from it: the records before it were sent (or lost
-// with their worker), and none is sent twice. Submitted is the submission
+// SpoutPosition is where a spout task's source stands, in a topology
+// without checkpoints, as its task wrote it. At most once, the task
+// writes it before sending the records read up to there (Storm's Kafka
+// spout commits offsets before it emits, for at-most-once, the same way):
+// the records before it were sent (or lost with their worker), and none
+// is sent twice. At least once, it is the position before the oldest
+// record whose tree is not yet done: every record before it was fully
+// processed. A spout task that starts again, on another worker or in a
+// later generation, reads on from it. Submitted is the submission
 // the position belongs to (Spec.Submitted), so that a topology submitted
 // again starts from its sources' beginning.
 type SpoutPosition struct {
@@ -29,7 +33,7 @@ type SpoutPosition struct {
 	Position  []byte    `json:"position"`
 }
 
-// Positions holds the positions of at-most-once spout tasks, one key per
+// Positions holds the positions of spout tasks without checkpoints, one key per
 // topology and task, written by compare-and-set: a task reads its key's
 // revision when it starts and writes on from it, so that a worker paused
 // past its lease whose task was started again elsewhere fails its next
@@ -51,7 +55,7 @@ type KVPositions struct{ *positions }
 // NewKVPositions opens the positions bucket, creating it if needed. The
 // caller keeps ownership of js and its connection.
 func NewKVPositions(ctx context.Context, js jetstream.JetStream, opts ...Option) (*KVPositions, error) {
-	b, err := openKVBucket(ctx, js, jetstream.KeyValueConfig{Bucket: PositionsBucket, Description: "ackflow source positions of at-most-once spouts"}, opts)
+	b, err := openKVBucket(ctx, js, jetstream.KeyValueConfig{Bucket: PositionsBucket, Description: "ackflow source positions of spouts without checkpoints"}, opts)
 	if err != nil {
 		return nil, err
 	}

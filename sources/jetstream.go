@@ -630,7 +630,7 @@ func (s *JetStream) DeadLettered(id topology.MsgID, _ string) {
 	}
 }
 
-var errDurableNoPosition = errors.New("sources: the JetStream spout's durable mode keeps progress on the server and cannot rewind; leave JetStreamConfig.Durable empty (the positioned mode) for checkpoints")
+var errDurableNoPosition = fmt.Errorf("sources: the JetStream spout's durable mode keeps progress on the server and cannot rewind; leave JetStreamConfig.Durable empty (the positioned mode) for checkpoints (%w)", topology.ErrNoPosition)
 
 // Position is the stream sequence of the next message to read, as a
 // uvarint. The durable mode has none.

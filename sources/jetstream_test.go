@@ -411,6 +411,43 @@ func TestJetStreamOpenErrors(t *testing.T) {
 	}
 }
 
+// ordersIntoSink reads the stream with two JetStream spout tasks into
+// two tasks of sink.
+func ordersIntoSink(t *testing.T, cfg sources.JetStreamConfig, sink *flowtest.Sink) *topology.Topology {
+	t.Helper()
+	b := topology.NewBuilder("orders")
+	b.Spout("orders", func() topology.Spout { return sources.NewJetStream(cfg) }, 2).Outputs("subject", "data")
+	b.Bolt("sink", sink.Bolt, 2).Input("orders", topology.Shuffle())
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+// TestJetStreamDurableRunsAtMostOnce: a durable consumer keeps its
+// progress on the server and has no position (topology.ErrNoPosition);
+// at most once the runtime, which writes the positions of rewindable
+// spouts before they send, must run it without one. It failed every
+// spout task at start ("Position: ... cannot rewind") before.
+func TestJetStreamDurableRunsAtMostOnce(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	s := startJetStream(t)
+	defer s.Shutdown()
+	const n = 500
+	s.publish(t, n)
+	cfg := s.config()
+	cfg.Durable = "amo"
+	sink := flowtest.NewSink()
+	if _, err := flowtest.Run(context.Background(), ordersIntoSink(t, cfg, sink), flowtest.Options{Guarantee: workers.AtMostOnce}); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(sink.Values()); got != n {
+		t.Fatalf("the sink got %d messages, want %d", got, n)
+	}
+	waitAckFloor(t, s, cfg.Durable, n)
+}
+
 // TestJetStreamRunAtLeastOnce runs both modes through the runtime with
 // two tasks, frames lost and first deliveries failed, and checks every
 // message reached the sink.
@@ -424,14 +461,7 @@ func TestJetStreamRunAtLeastOnce(t *testing.T) {
 		cfg := s.config()
 		cfg.Durable = durable
 		sink := flowtest.NewSink().FailFirst(0.02)
-		b := topology.NewBuilder("orders")
-		b.Spout("orders", func() topology.Spout { return sources.NewJetStream(cfg) }, 2).Outputs("subject", "data")
-		b.Bolt("sink", sink.Bolt, 2).Input("orders", topology.Shuffle())
-		topo, err := b.Build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum, err := flowtest.Run(context.Background(), topo, flowtest.Options{Guarantee: workers.AtLeastOnce})
+		sum, err := flowtest.Run(context.Background(), ordersIntoSink(t, cfg, sink), flowtest.Options{Guarantee: workers.AtLeastOnce})
 		if err != nil {
 			t.Fatalf("durable %q: %v", durable, err)
 		}

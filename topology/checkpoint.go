@@ -1,5 +1,7 @@
 package topology
 
+import "errors"
+
 // Checkpoints (DESIGN.md section 8). At every checkpoint the runtime pauses
 // the spouts, waits until no tree is in flight, and snapshots every task:
 // each spout's source position, each stateful bolt's state (its keyed State,
@@ -11,20 +13,31 @@ package topology
 // (byte offset), a JetStream stream (stream sequence), a generator (the next
 // index). Checkpoints need it: a spout without it cannot rewind, and the
 // runtime refuses checkpoints (and so exactly-once) for its topology with an
-// error that names it. At most once, a cluster's runtime writes the
-// position before it sends what the spout emitted, so that a task started
-// again reads on from there instead of sending records twice.
+// error that names it. Without checkpoints a cluster's runtime writes
+// positions too, so that a task started again does not read its source
+// from the beginning: at most once, the position before it sends what the
+// spout emitted (nothing is sent twice); at least once, every 200 ms, the
+// position before the oldest record not yet fully processed.
 type Positioned interface {
 	// Position returns where the source stands: every record emitted so far
 	// comes before it, nothing after it has been emitted. The runtime calls
 	// it between calls to Next: while the spout is paused for a checkpoint,
-	// and at most once before it sends what the spout emitted.
+	// at most once before it sends what the spout emitted, and at least
+	// once without checkpoints every 200 ms while it emits.
 	Position() ([]byte, error)
 	// Seek moves the source to a position Position returned. The runtime
 	// calls it after Open and before the first Next when the task restarts
-	// from a checkpoint, or at most once from the position written last.
+	// from a checkpoint, or without checkpoints from the position written
+	// last.
 	Seek(position []byte) error
 }
+
+// ErrNoPosition, wrapped in the error of Position or Seek, says that the
+// source as configured keeps its progress elsewhere and cannot rewind (a
+// JetStream durable consumer acks on the server). Without checkpoints the
+// runtime then keeps no position for the spout, whose source resumes by
+// itself; checkpoints still fail with the error.
+var ErrNoPosition = errors.New("topology: the source has no position")
 
 // Transactional is implemented by sink bolts that deliver their outputs in
 // transactions committed with the checkpoints (a two-phase commit, as

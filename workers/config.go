@@ -177,9 +177,9 @@ type Config struct {
 	// inCluster, if set, is given a local run's in-process cluster once
 	// its nodes have joined (tests reach the nodes through it).
 	inCluster func(*inCluster)
-	// positions, in a cluster member, is where at-most-once spouts over
-	// rewindable sources write their positions before they send what they
-	// read (spoutPositions); submitted names the submission they belong to.
+	// positions, in a cluster member, is where spouts over rewindable
+	// sources without checkpoints write their positions (spoutPositions);
+	// submitted names the submission they belong to.
 	positions cluster.Positions
 	submitted time.Time
 }

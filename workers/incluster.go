@@ -34,10 +34,12 @@ type inCluster struct {
 	// protect keeps crash chaos off the node that holds the stateful
 	// tasks, when there are no checkpoints to restore them from.
 	protect bool
-	// movable are the spouts that protect leaves to crash chaos: at most
-	// once, a spout over a rewindable source reads on from the position it
-	// wrote before it sent (spoutPositions), so its task may start again
-	// elsewhere without sending anything twice.
+	// movable are the spouts that protect leaves to crash chaos: a spout
+	// over a rewindable source reads on from the position it wrote
+	// (spoutPositions: at most once, before it sent; at least once, before
+	// its oldest root not yet done), so its task may start again elsewhere
+	// without sending anything twice or reading its source from the
+	// beginning.
 	movable map[string]bool
 
 	// refs are the tasks, by ID, for the status page.
@@ -119,7 +121,7 @@ func runInProcessCluster(ctx context.Context, topo *topology.Topology, cfg Confi
 	c.protect = cfg.Chaos.CrashEvery > 0 && cfg.checkpointEvery() == 0
 	c.movable = map[string]bool{}
 	for _, comp := range topo.Components {
-		if comp.IsSpout() && cfg.Guarantee == AtMostOnce {
+		if comp.IsSpout() && cfg.Guarantee != ExactlyOnce {
 			_, c.movable[comp.Name] = comp.SpoutFn().(topology.Positioned)
 		}
 	}
@@ -256,8 +258,8 @@ func (c *inCluster) status(start time.Time) LocalStatus {
 // protect the spouts and stateful bolts on the first live node, away from
 // the nodes crash chaos crashes, and the ackers round-robin over the others
 // (crash chaos still crashes them: a lost acker is part of what such runs
-// test). At most once, spouts over rewindable sources (movable) go with
-// the others: their positions survive a crash.
+// test). Spouts over rewindable sources (movable) go with the others:
+// their positions survive a crash.
 func (c *inCluster) place(tasks []TaskRef, live []string) map[int]string {
 	var order []string
 	for _, n := range c.names {
@@ -456,8 +458,8 @@ func (c *inCluster) await(ctx context.Context, start time.Time) error {
 // crashChaos crashes a node every period, and starts it again at once
 // under its name (it rejoins once its entry has expired, as a restarted
 // process does). Without checkpoints it spares the node that holds the
-// stateful tasks (place), whose state a crash would lose; at most once,
-// spouts over rewindable sources are not among them (movable).
+// stateful tasks (place), whose state a crash would lose; spouts over
+// rewindable sources are not among them (movable).
 func (c *inCluster) crashChaos(every time.Duration, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(c.cfg.Chaos.Seed, 0xc4a5))
 	candidates := c.names

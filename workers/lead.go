@@ -295,7 +295,7 @@ func (l *leading) decide() error {
 			recovered := func() { r.recovery.Store(int64(time.Since(now))) }
 			why := "moved a dead worker's stateless tasks to a live one; the trees in flight replay, nothing rolls back"
 			if len(fresh) > 0 {
-				why = "moved a dead worker's tasks to a live one WITHOUT their state, as the topology runs without checkpoints: " + strings.Join(fresh, ", ") + " start again from nothing (at-least-once, a spout's source from its beginning; at-most-once, from the position the spout wrote before it sent what it read)"
+				why = "moved a dead worker's tasks to a live one WITHOUT their state, as the topology runs without checkpoints: " + strings.Join(fresh, ", ") + " start again from nothing (a spout over a rewindable source reads on from the position it wrote: at-least-once, before its oldest record not yet fully processed; at-most-once, after what it sent; other spouts' sources start again)"
 			}
 			if err := l.amend(gen, moved, genRev, recovered, why); err != nil {
 				return err

@@ -120,7 +120,8 @@ type Node struct {
 	gens     cluster.Generations
 	elector  cluster.Elector
 	statuses cluster.Statuses
-	// positions hold at-most-once spouts' positions (spoutPositions).
+	// positions hold the positions of spouts without checkpoints
+	// (spoutPositions).
 	positions cluster.Positions
 	// prints are the fingerprints of this binary's topologies built
 	// without settings, which the members list advertises.

@@ -25,9 +25,10 @@ type pendingRoot struct {
 	bytes    int64
 	tree     uint64 // current attempt
 	trouble  *rootTrouble
-	direct   int32 // task ID for EmitDirect, -1 otherwise
-	attempts int32 // attempts emitted
-	done     bool  // acked (perhaps by an earlier attempt completing late) or dead-lettered
+	direct   int32  // task ID for EmitDirect, -1 otherwise
+	attempts int32  // attempts emitted
+	done     bool   // acked (perhaps by an earlier attempt completing late) or dead-lettered
+	mark     uint32 // at least once over a rewindable source: the rootMark it counts in (rootMarks)
 }
 
 // rootTrouble is what a root needs only once one of its attempts failed
@@ -84,7 +85,7 @@ type spoutExec struct {
 	spout      topology.Spout
 	selfReplay bool
 	deadAware  topology.DeadLetterAware // nil unless the spout implements it
-	positions  *spoutPositions          // at most once over a rewindable source: see spoutPositions
+	positions  *spoutPositions          // over a rewindable source without checkpoints: see spoutPositions
 	hold       flushHold                // when partial frames go out (run)
 
 	pending      map[uint64]*pendingRoot // tree ID -> root
@@ -138,9 +139,10 @@ func newSpoutExec(b base) *spoutExec {
 	return s
 }
 
-// persistPositions writes the position of an at-most-once spout over a
-// rewindable source and sends what its outbox holds, when that is due at
-// now, or at once for a zero now (spoutPositions.persist). Every flush
+// persistPositions writes the position of a spout over a rewindable
+// source without checkpoints (at most once sending what its outbox holds),
+// when that is due at now, or at once for a zero now
+// (spoutPositions.persist). Every flush
 // comes before a call, so it also tells the run, once the outbox is empty,
 // that the source is done (showExhausted).
 func (s *spoutExec) persistPositions(now time.Time) {
@@ -202,7 +204,13 @@ func (s *spoutExec) run(ctx context.Context) {
 		return
 	}
 	if s.positions != nil {
-		if err := s.positions.start(ctx); err != nil {
+		switch err := s.positions.start(ctx); {
+		case errors.Is(err, topology.ErrNoPosition):
+			// The source keeps its progress itself (a JetStream durable
+			// consumer): nothing to write.
+			s.positions, s.out.gated = nil, false
+			s.tc.Logger.Debug().Err(err).Msg("the spout's source keeps its own progress; its position is not written")
+		case err != nil:
 			s.startFailed(ctx, err)
 			return
 		}
@@ -459,12 +467,22 @@ const (
 	slowTreeCategory = "ackflow.slow-tree"
 )
 
+// rootDone marks p done: acked, dead-lettered, or handed back to a spout
+// that replays it itself. Its task starting again will not read it again
+// once the roots read before it are done too (rootMarks).
+func (s *spoutExec) rootDone(p *pendingRoot) {
+	p.done = true
+	if s.positions != nil && s.positions.marks != nil {
+		s.positions.marks.done(p)
+	}
+}
+
 // complete acks a root once, whichever of its attempts completed.
 func (s *spoutExec) complete(p *pendingRoot, now time.Time) {
 	if p.done {
 		return
 	}
-	p.done = true
+	s.rootDone(p)
 	s.cnt.lastTree.Store(now.UnixNano())
 	if s.pending[p.tree] == p {
 		delete(s.pending, p.tree)
@@ -495,7 +513,7 @@ func (s *spoutExec) failTree(tree uint64, p *pendingRoot, why failure) {
 	s.fails = append(s.fails, p.id)
 	p.troubled().why = why
 	if s.selfReplay {
-		p.done = true
+		s.rootDone(p)
 		s.recovered(p, time.Now())
 		return
 	}
@@ -553,7 +571,7 @@ func (s *spoutExec) deadLetter(p *pendingRoot) {
 		s.schedule(p, s.r.cfg.MaxReplayBackoff)
 		return
 	}
-	p.done = true
+	s.rootDone(p)
 	s.r.warn.Warn().Str("component", s.info.name).Int("task", s.info.id).Uint64("record", p.recordID).Int("attempts", int(p.attempts)).Str("error", t.why.err).Msg("record sent to the dead letters after too many failed attempts")
 	s.recovered(p, time.Now())
 }
@@ -725,6 +743,9 @@ func (s *spoutExec) emitRoot(stream string, id topology.MsgID, values topology.V
 		s.roots = s.roots[1:]
 		p.id, p.recordID, p.stream, p.values = id, rec.ID, stream, values
 		p.bytes, p.direct = int64(memSize(size, len(values))), int32(direct)
+		if s.positions != nil && s.positions.marks != nil {
+			s.positions.marks.add(p)
+		}
 	}
 	p.attempts++
 	p.start = s.clock()

@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,10 @@ import (
 // when it started, so that a worker paused past its lease, whose task
 // runs elsewhere now, fails its next write and sends nothing more (its
 // held records are counted as discarded).
+//
+// At least once without checkpoints it keeps the same key for another
+// end: a task that starts again reads on from before its oldest root not
+// yet done instead of from the beginning (rootMarks); nothing is held.
 type spoutPositions struct {
 	s     *spoutExec
 	store cluster.Positions
@@ -43,6 +48,9 @@ type spoutPositions struct {
 	// position must pass them too, or a task started again reads them
 	// again, and one started again often enough never reaches its end.
 	emitted int
+	// marks, at least once, count the roots not yet done by the position
+	// before them; nil at most once.
+	marks *rootMarks
 }
 
 // positionHold is how many frames a spout's outbox holds before it writes
@@ -58,18 +66,28 @@ const (
 )
 
 // newSpoutPositions returns the position keeper of s, or nil where none
-// is needed: other guarantees (their trees replay, or checkpoints restore
-// the position), no positions bucket, or a spout whose source cannot
-// rewind (it cannot read a record again either).
+// is needed: checkpoints (they restore the position), no positions
+// bucket, or a spout whose source cannot rewind (it cannot read a record
+// again either). At most once it holds what the spout read until the
+// position after it is written; at least once it writes the position
+// before the oldest root not yet done (rootMarks).
 func newSpoutPositions(s *spoutExec) *spoutPositions {
 	cfg := &s.r.cfg
 	src, ok := s.spout.(topology.Positioned)
-	if cfg.Guarantee != AtMostOnce || cfg.positions == nil || !ok {
+	if cfg.positions == nil || !ok || cfg.checkpointEvery() > 0 {
 		return nil
 	}
-	s.out.gated = true
-	return &spoutPositions{s: s, store: cfg.positions, src: src,
+	p := &spoutPositions{s: s, store: cfg.positions, src: src,
 		key: cluster.SpoutPosition{Topology: s.r.plan.topo.Name, Task: s.info.id, Submitted: cfg.submitted}}
+	switch {
+	case cfg.Guarantee == AtMostOnce:
+		s.out.gated = true
+	case cfg.Guarantee == AtLeastOnce && s.track:
+		p.marks = &rootMarks{}
+	default:
+		return nil
+	}
+	return p
 }
 
 // start moves the source to the task's position, if this submission
@@ -86,7 +104,11 @@ func (p *spoutPositions) start(ctx context.Context) error {
 				return err
 			}
 			at = got.Position
-			s.tc.Logger.Info().Msg("at-most-once spout reads on from the position its task wrote before it sent anything after it")
+			if p.marks != nil {
+				s.tc.Logger.Info().Msg("at-least-once spout reads on from the oldest record its task had not seen fully processed")
+			} else {
+				s.tc.Logger.Info().Msg("at-most-once spout reads on from the position its task wrote before it sent anything after it")
+			}
 		case err == nil, errors.Is(err, cluster.ErrNotFound), errors.Is(err, cluster.ErrInvalidEntry):
 			// Another submission's position, none, or garbage: from the
 			// source's beginning.
@@ -101,6 +123,9 @@ func (p *spoutPositions) start(ctx context.Context) error {
 		}
 		if err := p.put(ctx, at, rev); !errors.Is(err, cluster.ErrConflict) {
 			p.emitted = s.emitted
+			if p.marks != nil {
+				p.marks.start(at, s.emitted, time.Now())
+			}
 			return err
 		}
 		// Written meanwhile, by a previous owner: read it again.
@@ -134,6 +159,10 @@ func (p *spoutPositions) put(ctx context.Context, at []byte, rev uint64) error {
 // that finds another owner's write drops them for good.
 func (p *spoutPositions) persist(now time.Time) {
 	s := p.s
+	if p.marks != nil {
+		p.advance(now)
+		return
+	}
 	if p.stale || len(s.out.held) == 0 && s.emitted == p.emitted {
 		return
 	}
@@ -181,4 +210,123 @@ func (p *spoutPositions) persist(now time.Time) {
 // its task, or writes have failed long enough to fill the outbox.
 func (p *spoutPositions) blocks() bool {
 	return p.stale || p.failing && len(p.s.out.held) >= spoutBlockedFrames
+}
+
+// rootMarks keep an at-least-once spout over a rewindable source, in a
+// topology without checkpoints, from reading its source again from the
+// beginning when its task starts again (its worker died, or a new
+// generation replaced the one it ran in): the spout writes, every
+// frontierEvery, the position before the oldest root it has not seen
+// done (acked, or dead-lettered), and a task that starts seeks there, as
+// Storm's Kafka spout commits the offset below which every message is
+// acked. What it reads again was in flight when the task stopped, or
+// done since the last write: the first receives it again and replays
+// nothing lost; the receivers' dedup drops the rest, or, past its
+// window, delivers it again, which at least once allows.
+//
+// The roots are counted per mark: the source's position taken between
+// calls to Next, every frontierEvery while roots come. Every root emitted
+// after a mark and before the next counts in it until it is done, and the
+// position written is that of the oldest mark that still counts one.
+type rootMarks struct {
+	marks   []rootMark
+	first   uint32    // the number of marks[0]; a root keeps its mark's number
+	at      time.Time // when the newest mark was taken
+	emitted int       // the spout's roots when it was
+	written []byte    // the position written last
+}
+
+// rootMark is the source's position, and how many roots emitted from
+// there, before the next mark, are not done.
+type rootMark struct {
+	pos     []byte
+	pending int
+}
+
+// frontierEvery is how often an at-least-once spout marks its source's
+// position and writes the oldest mark with a root not yet done; maxMarks
+// bounds the marks one root that is never done (replayed forever) keeps:
+// past it the newest mark takes every root until older ones are done.
+const (
+	frontierEvery = 200 * time.Millisecond
+	maxMarks      = 1024
+)
+
+// start begins the marks at pos, where the task starts reading, which its
+// start wrote.
+func (m *rootMarks) start(pos []byte, emitted int, now time.Time) {
+	m.marks = append(m.marks[:0], rootMark{pos: pos})
+	m.written, m.emitted, m.at = pos, emitted, now
+}
+
+// add counts p, just emitted for the first time, in the newest mark.
+func (m *rootMarks) add(p *pendingRoot) {
+	last := len(m.marks) - 1
+	m.marks[last].pending++
+	p.mark = m.first + uint32(last)
+}
+
+// done counts p out of its mark.
+func (m *rootMarks) done(p *pendingRoot) {
+	if i := int(p.mark - m.first); i < len(m.marks) && m.marks[i].pending > 0 {
+		m.marks[i].pending--
+	}
+}
+
+// frontier drops the oldest marks whose roots are all done, but the
+// newest, and returns the position of the oldest left: every root read
+// before it is done.
+func (m *rootMarks) frontier() []byte {
+	for len(m.marks) > 1 && m.marks[0].pending == 0 {
+		m.marks[0] = rootMark{}
+		m.marks = m.marks[1:]
+		m.first++
+	}
+	return m.marks[0].pos
+}
+
+// advance takes a new mark if roots came since the last and frontierEvery
+// has passed (at once for a zero now: a graceful stop), and writes the
+// frontier if it moved. A write that fails is tried again at the next
+// mark; one that finds another owner's write stops the spout (blocks):
+// its task runs elsewhere now.
+func (p *spoutPositions) advance(now time.Time) {
+	s, m := p.s, p.marks
+	if p.stale || len(m.marks) == 0 || !now.IsZero() && now.Sub(m.at) < frontierEvery {
+		return
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	m.at = now
+	if s.emitted != m.emitted && len(m.marks) < maxMarks {
+		var at []byte
+		if err := s.guard("Position", func() (err error) { at, err = p.src.Position(); return err }); err != nil {
+			s.r.abort(err)
+			return
+		}
+		m.marks = append(m.marks, rootMark{pos: at})
+		m.emitted = s.emitted
+	}
+	at := m.frontier()
+	if bytes.Equal(at, m.written) {
+		return
+	}
+	err := p.put(context.Background(), at, p.rev)
+	switch {
+	case err == nil:
+		m.written = at
+		if p.failing {
+			p.failing = false
+			s.tc.Logger.Info().Msg("the spout's position is written again")
+		}
+	case errors.Is(err, cluster.ErrConflict):
+		p.stale = true
+		s.tc.Logger.Error().Err(err).Msg("another worker runs this at-least-once spout task now; this one reads nothing more (its trees in flight still replay until it stops)")
+	default:
+		if !p.failing {
+			p.failing = true
+			s.r.warn.Warn().Err(err).Msg("cannot write the at-least-once spout's position; a task started again would read its source again from the position written last (this one tries again)")
+		}
+	}
 }

@@ -228,9 +228,11 @@ type Summary struct {
 
 	// SourceRecords counts the root records the spouts read from their
 	// sources, replays excluded. Exactly-once, the records a spout reads
-	// again after a rollback to a checkpoint count again; at most once,
-	// so do those a spout task started again reads again: what the task it
-	// replaces had read but not sent, before its position was written.
+	// again after a rollback to a checkpoint count again; without
+	// checkpoints, so do those a spout task started again reads again from
+	// the position the task it replaces wrote: at most once, what that one
+	// had read but not sent; at least once, its records not yet fully
+	// processed, and those done since it wrote.
 	SourceRecords int64
 	Records       int64 // records emitted by all components, replays included
 	RecordsPerSec float64
