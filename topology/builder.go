@@ -96,6 +96,9 @@ func (b *Builder) add(name string, parallelism int) *Component {
 }
 
 // Spout declares a spout with a factory that makes one instance per task.
+// The runtime also calls the factory to look at an instance's type
+// (Positioned) when it plans a run, and drops that instance unopened: a
+// factory only constructs, and whatever needs opening opens in Open.
 func (b *Builder) Spout(name string, factory func() Spout, parallelism int) *Component {
 	c := b.add(name, parallelism)
 	c.SpoutFn = factory

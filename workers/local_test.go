@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -282,10 +283,13 @@ func TestEmitOnUndeclaredStreamIsRefusedAndDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(spouts) != 1 || len(spouts[0].errs) != 10 {
-		t.Fatalf("spouts %d", len(spouts))
+	// The runtime may make an instance only to look at its type
+	// (topology.Builder.Spout); one task ran.
+	ran := slices.DeleteFunc(spouts, func(r *refusing) bool { return len(r.errs) == 0 })
+	if len(ran) != 1 || len(ran[0].errs) != 10 {
+		t.Fatalf("%d spout instances refused emits, want 1 with 10 refusals", len(ran))
 	}
-	for _, err := range spouts[0].errs {
+	for _, err := range ran[0].errs {
 		if !errors.Is(err, workers.ErrEmitRefused) || !strings.Contains(err.Error(), `stream "wrong"`) || !strings.Contains(err.Error(), "numbers") {
 			t.Fatalf("want an error naming the component and the undeclared stream, got %v", err)
 		}
