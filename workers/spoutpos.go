@@ -219,10 +219,10 @@ func (p *spoutPositions) blocks() bool {
 // frontierEvery, the position before the oldest root it has not seen
 // done (acked, or dead-lettered), and a task that starts seeks there, as
 // Storm's Kafka spout commits the offset below which every message is
-// acked. What it reads again was in flight when the task stopped, or
-// done since the last write: the first receives it again and replays
-// nothing lost; the receivers' dedup drops the rest, or, past its
-// window, delivers it again, which at least once allows.
+// acked. What it reads again was in flight when the task stopped (those
+// trees would have replayed), or done since the last write: dedup drops
+// that at stateful bolts, within its window, and stateless ones run it
+// again, as they run any replay, which at least once allows.
 //
 // The roots are counted per mark: the source's position taken between
 // calls to Next, every frontierEvery while roots come. Every root emitted
