@@ -58,6 +58,10 @@ type leading struct {
 	failures  int
 	failedAt  time.Time
 	restartAt time.Time
+	// rewinds tells, by spout, whether its source can rewind, for the
+	// submission version rewindsRev (losesAgain).
+	rewinds    map[string]bool
+	rewindsRev uint64
 }
 
 // leadTopology is the election's onLead: it returns when ctx ends (the
@@ -337,7 +341,7 @@ func (l *leading) decide() error {
 		// After moves the assignment is no longer the one the live workers
 		// would get anew; only a worker without a slot is a join.
 		joined := missing(names, owners)
-		if back, ok := l.moveBack(gen, joined, now); ok {
+		if back, ok := l.moveBack(gen, joined, now); ok && (checkpoints || !l.losesAgain(gen, joined, tasks, topo, specRev)) {
 			return l.amend(gen, back, genRev, nil, "gave a worker that came back the slot that had moved away from it; the trees in flight replay")
 		}
 		if !checkpoints {
@@ -491,11 +495,12 @@ func (l *leading) move(gen cluster.Generation, tasks []TaskRef, cfg Config, par 
 }
 
 // moveBack gives workers that came back the slots that moved away from
-// them when they were taken for dead (all stateless, or they would not
-// have moved), within the running generation: cheaper than the handover
-// a join otherwise is (a final checkpoint, every task restoring it), at
-// the price of replaying the trees in flight. Only when every joined
-// worker is such a one; otherwise the handover places them all.
+// them when they were taken for dead, within the running generation:
+// cheaper than the handover a join otherwise is (a final checkpoint,
+// every task restoring it), at the price of replaying the trees in
+// flight. Only when every joined worker is such a one; otherwise the
+// handover places them all. With checkpoints, only stateless slots move;
+// without, the caller asks losesAgain first.
 func (l *leading) moveBack(gen cluster.Generation, joined []string, now time.Time) (cluster.Generation, bool) {
 	if len(joined) == 0 || l.lg == nil || l.lg.g.Number != gen.Number {
 		return gen, false
@@ -513,6 +518,31 @@ func (l *leading) moveBack(gen cluster.Generation, joined []string, now time.Tim
 		next.Moves[w] = cluster.Move{To: w, Incarnation: mv.Incarnation + 1, At: now}
 	}
 	return next, true
+}
+
+// losesAgain reports whether moving the slots of the joined workers back
+// to them, in a topology without checkpoints, would start again tasks
+// that keep state: a stateful bolt, or a spout over a source that cannot
+// rewind (one over a rewindable source reads on from the position it
+// wrote, spoutPositions). Such a slot stays where it moved: its state was
+// lost once, with its worker, and the log said so at error level; moving
+// it back would lose what it rebuilt since, and say nothing. The spouts'
+// kinds are looked at once per submission version rev.
+func (l *leading) losesAgain(gen cluster.Generation, joined []string, tasks []TaskRef, topo *topology.Topology, rev uint64) bool {
+	if l.rewinds == nil || l.rewindsRev != rev {
+		l.rewinds, l.rewindsRev = map[string]bool{}, rev
+		for _, c := range topo.Components {
+			if c.IsSpout() {
+				_, l.rewinds[c.Name] = c.SpoutFn().(topology.Positioned)
+			}
+		}
+	}
+	for _, t := range tasks {
+		if t.Stateful && !(t.Spout && l.rewinds[t.Component]) && slices.Contains(joined, gen.Assignment[t.ID]) {
+			return true
+		}
+	}
+	return false
 }
 
 // amend writes next, gen with slots moved, over gen at rev, holding the

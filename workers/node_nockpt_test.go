@@ -682,3 +682,87 @@ func TestNodesAtLeastOnceSpoutReadsOnFromItsOldestRecordNotDone(t *testing.T) {
 		}
 	})
 }
+
+// preparedBolt counts the Prepares of the bolt it wraps: how often its
+// task started.
+type preparedBolt struct {
+	topology.Bolt
+	prepared *atomic.Int64
+}
+
+func (b *preparedBolt) Prepare(tc topology.TaskContext, out topology.Collector) error {
+	b.prepared.Add(1)
+	return b.Bolt.Prepare(tc, out)
+}
+
+// TestNodesKeepAStatefulSlotWhereItMovedWithoutCheckpoints: without
+// checkpoints, the slot of a worker that leaves moves with its keyed
+// counter, which starts again without its state (the leader says so).
+// When that worker comes back, the slot stays where it moved: moving it
+// back gave the worker its slot again within the generation and started
+// the counter a third time, dropping the counts it had rebuilt, with only
+// a warning about trees in flight. The counter's task starts twice, the
+// worker that came back gets no task, and the run ends.
+func TestNodesKeepAStatefulSlotWhereItMovedWithoutCheckpoints(t *testing.T) {
+	verifyNoLeaks(t)
+	const n = 4000
+	name := "keepstate"
+	var prepared atomic.Int64
+	var mu sync.Mutex
+	result := map[string]int64{}
+	nd := startNodesOn(t, inMemory, name, func(map[string]string) (*topology.Topology, error) {
+		b := topology.NewBuilder(name)
+		b.Spout("numbers", func() topology.Spout { return &rewindable{numbers{n: n, d: 5 * time.Second}} }, 1).Outputs("n")
+		b.Bolt("pre", func() topology.Bolt { return &pass{} }, 8).Input("numbers", topology.Shuffle()).Outputs("n")
+		b.Bolt("count", func() topology.Bolt {
+			return &preparedBolt{&keyedCounter{mu: &mu, result: result}, &prepared}
+		}, 1).KeyedState().Input("pre", topology.Fields("n")).Outputs("n")
+		b.Bolt("sink", flowtest.NewSink().Bolt, 1).Input("count", topology.Shuffle())
+		return build(t, b), nil
+	})
+	nd.submitOnThree(cluster.Spec{Name: name, Guarantee: "at-least-once", NoCheckpoints: true})
+	// Every worker holds a slot: a worker without one that joins with the
+	// one that comes back would keep the slot from moving back anyway.
+	first := nd.awaitPlan(name, 0, "n1", "n2", "n3")
+	ctx := context.Background()
+	time.Sleep(time.Second)
+	gen, _, err := nd.gens.Current(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, _ := nd.build(nil)
+	tasks, err := workers.Tasks(built, workers.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := ""
+	for _, tk := range tasks {
+		if tk.Component == "count" {
+			victim = gen.Assignment[tk.ID]
+		}
+	}
+	nd.stop(victim)
+	moved := nd.awaitMove(name, first, victim)
+	to := moved.Moves[victim].To
+	t.Logf("%s, the counter's worker, left; its slot moved to %s", victim, to)
+	nd.start(victim)
+	nd.awaitMembers("n1", "n2", "n3")
+	time.Sleep(time.Second) // ten status rounds for the leader to decide
+	now, _, err := nd.gens.Current(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Number != first || now.Moves[victim].To != to {
+		t.Fatalf("after %s came back: generation %d (%s), its slot with %s, want generation %d with %s", victim, now.Number, now.Reason, now.Moves[victim].To, first, to)
+	}
+	nd.await(time.Minute, func(s string) bool { return s == cluster.StateFinished })
+	nd.stopAll()
+	if got := prepared.Load(); got != 2 {
+		t.Fatalf("the counter's task started %d times, want 2 (before and after the move)", got)
+	}
+	if !slices.ContainsFunc(nd.logs.lines(), func(l string) bool {
+		return strings.Contains(l, "the workers that joined get tasks when one of the others is lost")
+	}) {
+		t.Fatal("the leader never said why the worker that came back got no task")
+	}
+}
