@@ -766,3 +766,43 @@ func TestNodesKeepAStatefulSlotWhereItMovedWithoutCheckpoints(t *testing.T) {
 		t.Fatal("the leader never said why the worker that came back got no task")
 	}
 }
+
+// selfReplayingRewindable is a rewindable spout that says it replays its
+// failed records itself (and here replays none).
+type selfReplayingRewindable struct{ seekRecorder }
+
+func (*selfReplayingRewindable) ReplaysItself() bool { return true }
+
+// TestNodesSelfReplayingSpoutWritesNoPosition: at least once without
+// checkpoints, a spout that replays its failed records itself keeps them
+// where the runtime cannot count them, so the runtime writes no position
+// for it (a position past a failed record would lose it): its task moved
+// after its worker left seeks nowhere and reads from the beginning, and
+// no value is lost.
+func TestNodesSelfReplayingSpoutWritesNoPosition(t *testing.T) {
+	verifyNoLeaks(t)
+	const n = 3000
+	name := "selfreplaypos"
+	var log seekLog
+	sink := flowtest.NewSink()
+	nd := startNodesOn(t, inMemory, name, func(map[string]string) (*topology.Topology, error) {
+		b := topology.NewBuilder(name)
+		b.Spout("numbers", func() topology.Spout {
+			return &selfReplayingRewindable{seekRecorder{rewindable{numbers{n: n, d: 3 * time.Second}}, &log}}
+		}, 1).Outputs("n")
+		b.Bolt("pre", func() topology.Bolt { return &pass{} }, 6).Input("numbers", topology.Shuffle()).Outputs("n")
+		b.Bolt("sink", sink.Bolt, 3).Input("pre", topology.Shuffle())
+		return build(t, b), nil
+	})
+	nd.submitOnThree(cluster.Spec{Name: name, Guarantee: "at-least-once", NoCheckpoints: true})
+	nd.stopSpoutWorkerToTheEnd(name)
+	if seeks := log.all(); len(seeks) > 0 {
+		t.Fatalf("the self-replaying spout's tasks sought to %v: a position was written for it", seeks)
+	}
+	got := sinkCounts(sink)
+	for v := range int64(n) {
+		if got[v] == 0 {
+			t.Fatalf("value %d never reached the sink", v)
+		}
+	}
+}

@@ -140,11 +140,11 @@ func newSpoutExec(b base) *spoutExec {
 }
 
 // persistPositions writes the position of a spout over a rewindable
-// source without checkpoints (at most once sending what its outbox holds),
-// when that is due at now, or at once for a zero now
-// (spoutPositions.persist). Every flush
-// comes before a call, so it also tells the run, once the outbox is empty,
-// that the source is done (showExhausted).
+// source without checkpoints (at most once sending what its outbox
+// holds), when that is due at now, or at once for a zero now
+// (spoutPositions.persist). Every flush comes before a call, so it also
+// tells the run, once the outbox is empty, that the source is done
+// (showExhausted).
 func (s *spoutExec) persistPositions(now time.Time) {
 	if s.positions != nil {
 		s.positions.persist(now)
@@ -468,8 +468,9 @@ const (
 )
 
 // rootDone marks p done: acked, dead-lettered, or handed back to a spout
-// that replays it itself. Its task starting again will not read it again
-// once the roots read before it are done too (rootMarks).
+// that replays it itself (such a spout keeps no marks). Its task starting
+// again will not read it again once the roots read before it are done
+// too (rootMarks).
 func (s *spoutExec) rootDone(p *pendingRoot) {
 	p.done = true
 	if s.positions != nil && s.positions.marks != nil {

@@ -82,7 +82,10 @@ func newSpoutPositions(s *spoutExec) *spoutPositions {
 	switch {
 	case cfg.Guarantee == AtMostOnce:
 		s.out.gated = true
-	case cfg.Guarantee == AtLeastOnce && s.track:
+	case cfg.Guarantee == AtLeastOnce && s.track && !s.selfReplay:
+		// A spout that replays its failed records itself holds them
+		// where the runtime cannot count them: a failed root counts as
+		// done here, and a position past it would lose it.
 		p.marks = &rootMarks{}
 	default:
 		return nil
