@@ -15,7 +15,7 @@
 // ACKFLOW_RANDSHAPES_SEEDS takes N (seeds 1..N), a range a-b or a list
 // a,b,c; ACKFLOW_RANDSHAPES_CONFIGS limits the run configurations by name
 // (alo-chaos, alo-deadletter, eo-chaos, amo-clean, amo-chaos, alo-crash,
-// eo-crash, amo-crash). Every failure names its seed and configuration,
+// eo-crash, amo-crash, alo-ckpt-crash). Every failure names its seed and configuration,
 // prints the command that reproduces it, and logs the shape it drew.
 //
 // Its first hunt (3,700 runs) found that a full output log held back the

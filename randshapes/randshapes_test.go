@@ -1154,6 +1154,13 @@ func configs(seed uint64) []runCfg {
 		{name: "amo-crash", g: workers.AtMostOnce,
 			chaos:    chaos.Config{Drop: pick(r, 0, 0.02), CrashEvery: pick(r, 300*time.Millisecond, 500*time.Millisecond), Seed: cs + 6},
 			sinkFail: pick(r, 0, 0.1), boltFail: true, pace: 1500 * time.Millisecond},
+		// At least once with checkpoints, as cluster mode runs by default:
+		// any worker may crash; one with stateful tasks rolls everything
+		// back to the latest checkpoint, one with only stateless tasks has
+		// its slot moved and its trees in flight replayed.
+		{name: "alo-ckpt-crash", g: workers.AtLeastOnce,
+			chaos:    chaos.Config{Drop: pick(r, 0, 0.02), Fail: pick(r, 0.005, 0.02), CrashEvery: pick(r, 500*time.Millisecond, 800*time.Millisecond), Seed: cs + 7},
+			sinkFail: pick(r, 0, 0.1), boltFail: r.IntN(2) == 0, ckpt: pick(r, 100*time.Millisecond, 250*time.Millisecond), pace: 1500 * time.Millisecond},
 	}
 }
 
@@ -1422,10 +1429,11 @@ func compare(sh *shape, rc runCfg, o *oracle, rec *recorder, sinks map[string]*f
 	// rerouted: after a crash, local-or-shuffle may send a replay to
 	// another task than the original (it picks among the tasks in the
 	// emitter's worker), so a copy's ID can reach a second task, which
-	// rightly runs it. rolledBack: exactly-once runs bolts again after a
-	// rollback, so only state, not what user code did, must be exact.
+	// rightly runs it. rolledBack: with checkpoints, a crash rolls back
+	// and bolts run again, so only state, not what user code did, must be
+	// exact.
 	rerouted := rc.crashes() && hasLocalOrShuffle(sh)
-	rolledBack := rc.crashes() && rc.g == workers.ExactlyOnce
+	rolledBack := rc.crashes() && (rc.g == workers.ExactlyOnce || rc.ckpt > 0)
 	for _, c := range sh.comps {
 		if c.kind == kindSpout {
 			continue
