@@ -3,7 +3,9 @@
 // it the INIT, ACK, FAIL and RESET messages addressed to it, calls Tick on a
 // timer, and sends the verdicts it returns: a completed tree lets the spout
 // forget its root and every holder trim its output log (DESIGN.md sections 4
-// and 5); a failed or expired tree makes the spout replay the root.
+// and 5); a failed or expired tree makes the spout replay the root. (The
+// runtime's acker task handles ABANDON, for a failed tree whose root went
+// to the dead letters, itself: the Tracker has already forgotten the tree.)
 //
 // # The algorithm
 //

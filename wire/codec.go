@@ -101,6 +101,8 @@ func (t AckType) String() string {
 		return "FAIL"
 	case AckReset:
 		return "RESET"
+	case AckAbandon:
+		return "ABANDON"
 	}
 	return fmt.Sprintf("AckType(%d)", uint8(t))
 }
@@ -131,7 +133,7 @@ func (t LinkType) String() string {
 	return fmt.Sprintf("LinkType(%d)", uint8(t))
 }
 
-func (t AckType) valid() bool    { return t >= AckInit && t <= AckReset }
+func (t AckType) valid() bool    { return t >= AckInit && t <= AckAbandon }
 func (t NoticeType) valid() bool { return t >= NoticeComplete && t <= NoticeReset }
 func (t LinkType) valid() bool   { return t >= LinkHWM && t <= LinkStart }
 
@@ -194,7 +196,7 @@ func appendAcks(dst []byte, acks []AckMsg) ([]byte, error) {
 	for i := range acks {
 		a := &acks[i]
 		if !a.Type.valid() {
-			return dst, fmt.Errorf("wire: ack %d has unknown type %d; use AckInit, AckAck, AckFail or AckReset", i, uint8(a.Type))
+			return dst, fmt.Errorf("wire: ack %d has unknown type %d; use AckInit, AckAck, AckFail, AckReset or AckAbandon", i, uint8(a.Type))
 		}
 		dst = append(dst, byte(a.Type))
 		dst = binary.LittleEndian.AppendUint64(dst, a.Tree)

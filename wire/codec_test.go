@@ -78,6 +78,7 @@ func richAcks() *Frame {
 		{Type: AckAck, Tree: math.MaxUint64, Val: 0, Task: -1},
 		{Type: AckFail, Tree: 3, Task: math.MaxInt32, Err: "bolt split: index out of range [3] with length 3"},
 		{Type: AckReset, Tree: 4, Val: 5, Task: math.MinInt32},
+		{Type: AckAbandon, Tree: 6, Task: 3},
 		{Type: AckFail, Tree: 5, Task: -1, Err: strings.Repeat("é", MaxErrLen/2)},
 	}}
 }
@@ -230,7 +231,7 @@ func TestEncodeErrors(t *testing.T) {
 		{"unknown kind", &Frame{Kind: 9}, "wire: frame has unknown kind 9; use KindData, KindAck, KindNotice or KindLink"},
 		{"zero kind", &Frame{}, "wire: frame has unknown kind 0; use KindData, KindAck, KindNotice or KindLink"},
 		{"unknown ack type", &Frame{Kind: KindAck, Acks: []AckMsg{{Type: AckInit}, {Type: 0}}},
-			"wire: ack 1 has unknown type 0; use AckInit, AckAck, AckFail or AckReset"},
+			"wire: ack 1 has unknown type 0; use AckInit, AckAck, AckFail, AckReset or AckAbandon"},
 		{"unknown notice type", &Frame{Kind: KindNotice, Notices: []Notice{{Type: 4}}},
 			"wire: notice 0 has unknown type 4; use NoticeComplete, NoticeFailed or NoticeReset"},
 		{"unknown link type", &Frame{Kind: KindLink, Links: []LinkMsg{{Type: LinkHWM}, {Type: 4}}},

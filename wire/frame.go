@@ -7,8 +7,9 @@ package wire
 // and Err of notices, and link frames. Version 3 leaves out of a record the
 // epoch, source task and stream that it shares with its frame and the
 // record before it (a flags byte says which). Version 4 added the
-// destination's epoch to the frame header (Frame.DstEpoch).
-const Version = 4
+// destination's epoch to the frame header (Frame.DstEpoch). Version 5
+// added AckAbandon.
+const Version = 5
 
 // Kind says what a frame carries.
 type Kind uint8
@@ -52,6 +53,10 @@ const (
 	AckAck   AckType = 2 // bolt: Val = input edge XOR child edges; Task = task holding log entries or -1
 	AckFail  AckType = 3 // fail tree Tree at once
 	AckReset AckType = 4 // reset tree Tree's timeout
+	// AckAbandon: spout: tree Tree, a failed attempt of a root now in the
+	// dead letters, is over; the acker tells every task that keeps an
+	// output log, which trims the tree's entries as a completed tree's.
+	AckAbandon AckType = 5
 )
 
 // MaxErrLen is the most bytes of AckMsg.Err and Notice.Err a frame carries.

@@ -48,6 +48,10 @@ func (a *ackerExec) handle(f *wire.Frame) {
 		return
 	}
 	for _, m := range f.Acks {
+		if m.Type == wire.AckAbandon {
+			a.abandon(m.Tree)
+			continue
+		}
 		a.verdicts = a.tracker.Handle(m, a.verdicts[:0])
 		a.publish()
 	}
@@ -79,6 +83,20 @@ func (a *ackerExec) publish() {
 				a.out.addNotice(h, wire.Notice{Type: wire.NoticeComplete, Tree: v.Tree, Task: -1})
 			}
 		}
+	}
+}
+
+// abandon tells every task that keeps an output log that tree is over
+// (spoutExec.abandon). The tracker forgot the failed tree and which tasks
+// logged something for it, so all of them hear, and a task that logged
+// nothing for it ignores the notice. It goes from the acker, not the
+// spout: a receiver runs each sender's data frames in sequence order, and
+// a notice frame in the spout's sequence, taken on the control path,
+// left a gap that held the spout's later records back until their trees
+// timed out.
+func (a *ackerExec) abandon(tree uint64) {
+	for _, h := range a.r.plan.holders {
+		a.out.addNotice(h, wire.Notice{Type: wire.NoticeComplete, Tree: tree, Task: -1})
 	}
 }
 

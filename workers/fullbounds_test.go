@@ -115,3 +115,97 @@ func TestSpoutByteBoundStillReplays(t *testing.T) {
 		t.Fatal("the sink failed nothing: no replay was needed and the test proves nothing")
 	}
 }
+
+// poisonSink is a stateless sink that fails, on every attempt, the values bad
+// says are poison, and counts the others.
+type poisonSink struct {
+	out  topology.Collector
+	bad  func(int64) bool
+	seen *runs
+}
+
+func (p *poisonSink) Prepare(_ topology.TaskContext, out topology.Collector) error {
+	p.out = out
+	return nil
+}
+
+func (p *poisonSink) Execute(in *topology.Tuple) {
+	n, _ := in.Int(0)
+	if p.bad(n) {
+		p.out.Fail(in)
+		return
+	}
+	p.seen.add(n)
+	p.out.Ack(in)
+}
+
+func (p *poisonSink) Cleanup() error { return nil }
+
+// TestDeadLettersLeaveTheOutputLogs: a third of the roots carry a value
+// the sink fails on every attempt, so they go to the dead letters after
+// two. The stateful bolts upstream logged their outputs for those roots'
+// trees; nothing completes such a tree, and with logs of 16 entries a
+// few dead letters filled them and stopped the spouts reading until the
+// entries expired, ten message timeouts later (runFull fails a run that
+// long). The spout now tells the logs' tasks that a dead-lettered root's
+// trees are over. In two shapes (the fan-out bolt alone, and behind
+// another stateful bolt) no entry may expire, no stateful bolt may run an
+// input twice, exactly the poisoned roots are dead-lettered, and every
+// value that is not poison reaches the sink.
+func TestDeadLettersLeaveTheOutputLogs(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const n = 3000
+	bad := func(v int64) bool { return v%6 == 0 } // fan's output 2i, for i%3 == 0
+	for _, tc := range []struct {
+		name    string
+		counted bool // a counter before fan
+	}{{"fan", false}, {"counter then fan", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ran, counted, seen := newRuns(), newRuns(), newRuns()
+			b := topology.NewBuilder("dead-log")
+			b.Spout("numbers", sources.NewSequence(n, func(i int64) topology.Values { return topology.Values{i} }), 1).Outputs("n")
+			from := "numbers"
+			if tc.counted {
+				b.Bolt("counter", func() topology.Bolt { return &counter{runs: counted} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
+				from = "counter"
+			}
+			b.Bolt("fan", func() topology.Bolt { return &fan{runs: ran, size: 64} }, 2).Input(from, topology.Fields("n")).Outputs("n", "blob")
+			b.Bolt("sink", func() topology.Bolt { return &poisonSink{bad: bad, seen: seen} }, 2).Input("fan", topology.Shuffle())
+			sum := runFull(t, build(t, b), func(c *workers.Config) {
+				c.Log.MaxEntries = 16
+				c.MaxAttempts = 2
+				c.MaxSpoutPending = 8 // the roots come while the logs are full
+			})
+			fc := sum.Component("fan")
+			t.Logf("%v: %d dead-lettered; fan's log peaked at %d entries, %d expired", sum.Duration.Round(time.Millisecond), sum.DeadLettered, fc.LogPeakEntries, fc.LogExpired)
+			ran.expect(t, "fan", n, 1)
+			if tc.counted {
+				counted.expect(t, "counter", n, 1)
+			}
+			want := int64(0)
+			for i := range int64(n) {
+				if bad(2 * i) {
+					want++
+				}
+			}
+			if sum.DeadLettered != want {
+				t.Errorf("%d roots dead-lettered, want the %d poisoned ones", sum.DeadLettered, want)
+			}
+			seen.mu.Lock()
+			for v := range int64(2 * n) {
+				if !bad(v) && seen.m[v] == 0 {
+					t.Errorf("value %d never reached the sink", v)
+				}
+			}
+			seen.mu.Unlock()
+			for _, name := range []string{"counter", "fan"} {
+				if c := sum.Component(name); c.LogExpired != 0 {
+					t.Errorf("%d of %s's log entries expired", c.LogExpired, name)
+				}
+			}
+			if c := sum.Component("fan"); c.LogPeakEntries < 16 {
+				t.Errorf("fan's log peaked at %d entries, never full: the test proves nothing", c.LogPeakEntries)
+			}
+		})
+	}
+}

@@ -41,6 +41,7 @@ type rootTrouble struct {
 	failures    int       // attempts that failed in the topology (MaxAttempts counts these)
 	letterFails int       // failed writes to the dead letters
 	why         failure   // the last failure
+	trees       []uint64  // the failed attempts' trees, while abandons (at most maxAbandoned)
 	due         time.Time // when a delayed replay is due
 	heapIdx     int       // index in spoutExec.delayed, -1 when not there
 }
@@ -84,9 +85,13 @@ type spoutExec struct {
 	base
 	spout      topology.Spout
 	selfReplay bool
-	deadAware  topology.DeadLetterAware // nil unless the spout implements it
-	positions  *spoutPositions          // over a rewindable source without checkpoints: see spoutPositions
-	hold       flushHold                // when partial frames go out (run)
+	// abandons: roots can be dead-lettered (MaxAttempts) and stateful
+	// bolts keep output logs, so a dead-lettered root's trees are told to
+	// them (abandon).
+	abandons  bool
+	deadAware topology.DeadLetterAware // nil unless the spout implements it
+	positions *spoutPositions          // over a rewindable source without checkpoints: see spoutPositions
+	hold      flushHold                // when partial frames go out (run)
 
 	pending      map[uint64]*pendingRoot // tree ID -> root
 	pendingBytes int64
@@ -131,6 +136,7 @@ func newSpoutExec(b base) *spoutExec {
 		s.selfReplay = sr.ReplaysItself()
 	}
 	s.deadAware, _ = s.spout.(topology.DeadLetterAware)
+	s.abandons = s.track && b.r.cfg.MaxAttempts > 0 && len(b.r.plan.holders) > 0
 	if s.track {
 		s.showWindow()
 	}
@@ -513,6 +519,9 @@ func (s *spoutExec) failTree(tree uint64, p *pendingRoot, why failure) {
 	s.cnt.failed.Add(1)
 	s.fails = append(s.fails, p.id)
 	p.troubled().why = why
+	if t := p.trouble; s.abandons && len(t.trees) < maxAbandoned {
+		t.trees = append(t.trees, tree)
+	}
 	if s.selfReplay {
 		s.rootDone(p)
 		s.recovered(p, time.Now())
@@ -573,9 +582,36 @@ func (s *spoutExec) deadLetter(p *pendingRoot) {
 		return
 	}
 	s.rootDone(p)
+	s.abandon(t.trees)
 	s.r.warn.Warn().Str("component", s.info.name).Int("task", s.info.id).Uint64("record", p.recordID).Int("attempts", int(p.attempts)).Str("error", t.why.err).Msg("record sent to the dead letters after too many failed attempts")
 	s.recovered(p, time.Now())
 }
+
+// abandon tells every task that keeps an output log that the trees of a
+// dead-lettered root are over, as the acker tells it that a tree
+// completed: their entries leave the log, and the inputs are remembered
+// as done, so a late copy of one is dropped as a duplicate, not run
+// again (the root is in the dead letters; its processing may be
+// partial). Nothing else removes them before they expire, ten message
+// timeouts later (5 minutes by default): a flood of dead-lettered roots
+// filled the logs, and a full log stops the spouts reading, so the run
+// crawled on at the pace of the expiry long after the flood (found by
+// randshapes' alo-deadletter-crash, seed 21: 65 s instead of 12).
+//
+// Each tree's acker tells the holders (ackerExec.abandon): one message per
+// tree, and a small notice per tree and holder, per dead letter, which
+// are rare.
+func (s *spoutExec) abandon(trees []uint64) {
+	for _, tree := range trees {
+		s.out.addAck(s.r.plan.ackerFor(tree), wire.AckMsg{Type: wire.AckAbandon, Tree: tree, Task: int32(s.info.id)})
+	}
+}
+
+// maxAbandoned bounds the trees a root keeps for abandon: its counted
+// failures are at most MaxAttempts, but worker deaths fail its attempts
+// too, without counting. A tree past the bound leaves its entries to
+// expire.
+const maxAbandoned = 16
 
 func (s *spoutExec) letter(stream string, id topology.MsgID, recordID uint64, values topology.Values, attempts int, why, comp string, task int) deadletter.Letter {
 	return deadletter.Letter{
