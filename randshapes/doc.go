@@ -15,7 +15,8 @@
 // ACKFLOW_RANDSHAPES_SEEDS takes N (seeds 1..N), a range a-b or a list
 // a,b,c; ACKFLOW_RANDSHAPES_CONFIGS limits the run configurations by name
 // (alo-chaos, alo-deadletter, eo-chaos, amo-clean, amo-chaos, alo-crash,
-// eo-crash, amo-crash, alo-ckpt-crash). Every failure names its seed and configuration,
+// eo-crash, amo-crash, alo-ckpt-crash, alo-deadletter-crash,
+// eo-deadletter-crash). Every failure names its seed and configuration,
 // prints the command that reproduces it, and logs the shape it drew.
 //
 // Its first hunt (3,700 runs) found that a full output log held back the
@@ -41,4 +42,8 @@
 // source took to read never reached its end. Such a spout now reads on
 // from before its oldest record not yet done
 // (workers.TestNodesAtLeastOnceSpoutReadsOnFromItsOldestRecordNotDone).
+// Its first hunt with dead letters and crashes together found that the
+// trees of dead-lettered roots stayed in the output logs until they
+// expired, and a flood of them stopped the spouts reading
+// (workers.TestDeadLettersLeaveTheOutputLogs).
 package randshapes
