@@ -105,6 +105,9 @@ func New(cfg Config) (*Log, error) {
 func (l *Log) Append(input uint64, trees []uint64, outs []Output, size int, now time.Time) {
 	e := l.take(input, now)
 	if e.failed {
+		// The replay ran user code again: the failed attempts' trees
+		// say nothing about this entry any more.
+		l.dropContents(e)
 		e.failed = false
 		l.tombs--
 	}
@@ -134,14 +137,21 @@ func (l *Log) Has(input uint64) bool {
 	return e != nil && !e.failed
 }
 
-// Discard turns input's entry into a tombstone, creating one if input has
-// no entry: its outputs and trees are dropped, and Has reports false while
-// Failed reports true until input is appended to again, removed or expires.
+// Discard turns input's entry into a tombstone of the attempt in trees,
+// creating one if input has no entry: its outputs and earlier trees are
+// dropped, and Has reports false while Failed reports true until input is
+// appended to again, removed, completed or expires.
 // A bolt calls it when it fails an input: only a completed input is a
 // duplicate (DESIGN.md section 6), so the outputs it emitted before failing
 // prove nothing, and its replay must run user code again. The tombstone
 // lets the bolt tell that replay from a Bloom false positive.
-func (l *Log) Discard(input uint64, now time.Time) {
+//
+// The tombstone stays linked to the failed attempt's trees so that
+// Complete removes it when the runtime declares one of them over
+// without a replay (a root that went to the dead letters): otherwise
+// tombstones of poison inputs, which count toward Full, stayed until
+// they expired and stopped the spouts reading meanwhile.
+func (l *Log) Discard(input uint64, trees []uint64, now time.Time) {
 	e := l.take(input, now)
 	l.dropContents(e)
 	if !e.failed {
@@ -150,6 +160,9 @@ func (l *Log) Discard(input uint64, now time.Time) {
 	}
 	e.touched = l.clock
 	l.pushAge(e)
+	for _, t := range trees {
+		l.link(e, t)
+	}
 }
 
 // Failed reports whether input's entry is a tombstone (see Discard).
@@ -238,17 +251,18 @@ func (l *Log) Link(input uint64, tree uint64) {
 // with the input of each, in no particular order, and returns how many were
 // removed. An entry linked to several trees goes as soon as any one of them
 // completes: a completed tree proves the entry's outputs were fully processed
-// downstream, so no task needs them re-emitted any more. An unknown tree is
-// a no-op.
+// downstream, so no task needs them re-emitted any more. A tombstone linked
+// to tree goes too, without trimmed: its input failed, so nothing about it
+// may be remembered as done. An unknown tree is a no-op.
 func (l *Log) Complete(tree uint64, trimmed func(input uint64)) int {
 	n := 0
 	for k := l.trees[tree]; k != nil; {
 		// remove unlinks k from this list but leaves k.next alone, and an
 		// entry is in a tree's list at most once, so next stays valid.
 		next := k.next
-		input := k.e.input
+		input, failed := k.e.input, k.e.failed
 		l.remove(k.e)
-		if trimmed != nil {
+		if trimmed != nil && !failed {
 			trimmed(input)
 		}
 		n++

@@ -719,13 +719,15 @@ func checkInvariants(t *testing.T, l *Log) {
 }
 
 // TestDiscardLeavesATombstone covers a bolt failing an input after a
-// partial emit: the entry stops confirming duplicates, its outputs and trees
-// go, and a later Append (the replay's outputs) revives it.
+// partial emit: the entry stops confirming duplicates, its outputs and
+// earlier trees go, it stays linked to the failed attempt's tree until it
+// completes (a dead-lettered root's), and a later Append (the replay's
+// outputs) revives it.
 func TestDiscardLeavesATombstone(t *testing.T) {
 	l := newLog(t, DefaultConfig())
 	l.Append(1, []uint64{10, 11}, []Output{out(7, 100), out(8, 101)}, 40, t0)
 	l.Append(2, []uint64{10}, []Output{out(7, 102)}, 20, t0)
-	l.Discard(1, t0)
+	l.Discard(1, []uint64{13}, t0)
 	checkInvariants(t, l)
 	if l.Has(1) || !l.Failed(1) || l.Len() != 1 || l.Tombstones() != 1 || l.Bytes() != 20 {
 		t.Fatalf("after Discard: Has %v Failed %v Len %d Tombstones %d Bytes %d", l.Has(1), l.Failed(1), l.Len(), l.Tombstones(), l.Bytes())
@@ -733,7 +735,8 @@ func TestDiscardLeavesATombstone(t *testing.T) {
 	if outs, ok := l.Outputs(1); ok || outs != nil {
 		t.Fatalf("a tombstone shows outputs %v, %v", outs, ok)
 	}
-	// Completing a tree the input belonged to does not remove the tombstone.
+	// Completing a tree the input belonged to before it failed does not
+	// remove the tombstone.
 	var trimmed []uint64
 	if n := l.Complete(10, func(in uint64) { trimmed = append(trimmed, in) }); n != 1 || !slices.Equal(trimmed, []uint64{2}) {
 		t.Fatalf("Complete(10) removed %d: %v", n, trimmed)
@@ -742,15 +745,27 @@ func TestDiscardLeavesATombstone(t *testing.T) {
 		t.Fatalf("Complete(11) removed %d; Failed(1) = %v", n, l.Failed(1))
 	}
 	// A discard of an input without an entry makes a tombstone too.
-	l.Discard(3, t0)
+	l.Discard(3, nil, t0)
 	if !l.Failed(3) || l.Tombstones() != 2 {
 		t.Fatalf("Discard(3): Failed %v Tombstones %d", l.Failed(3), l.Tombstones())
 	}
-	// The replay's outputs revive the entry.
+	// Completing the failed attempt's tree removes its tombstone, without
+	// reporting the input as trimmed (done).
+	l.Discard(4, []uint64{14, 15}, t0)
+	checkInvariants(t, l)
+	trimmed = trimmed[:0]
+	if n := l.Complete(15, func(in uint64) { trimmed = append(trimmed, in) }); n != 1 || len(trimmed) != 0 || l.Failed(4) || l.Tombstones() != 2 {
+		t.Fatalf("Complete(15) removed %d, reported %v; Failed(4) %v, Tombstones %d", n, trimmed, l.Failed(4), l.Tombstones())
+	}
+	checkInvariants(t, l)
+	// The replay's outputs revive the entry, which leaves the failed tree.
 	l.Append(1, []uint64{12}, []Output{out(7, 100)}, 10, t0.Add(time.Second))
 	checkInvariants(t, l)
 	if !l.Has(1) || l.Failed(1) || l.Tombstones() != 1 || l.Len() != 1 {
 		t.Fatalf("after revival: Has %v Failed %v Tombstones %d Len %d", l.Has(1), l.Failed(1), l.Tombstones(), l.Len())
+	}
+	if n := l.Complete(13, nil); n != 0 || !l.Has(1) {
+		t.Fatalf("Complete(13), the failed tree, removed %d of the revived entry", n)
 	}
 	if outs, _ := l.Outputs(1); !reflect.DeepEqual(outs, []Output{logged(7, 100)}) {
 		t.Fatalf("revived entry holds %v", outs)

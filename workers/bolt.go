@@ -819,7 +819,7 @@ func (b *boltExec) FailWith(in *topology.Tuple, reason error) {
 	tr.Done = true
 	b.cnt.failed.Add(1)
 	if b.log != nil && len(tr.Anchors) > 0 {
-		b.log.Discard(in.ID, b.now)
+		b.log.Discard(in.ID, b.treesOf(in), b.now)
 	}
 	why := "failed by " + b.info.name
 	if reason != nil {

@@ -14,11 +14,13 @@ import (
 )
 
 // fan is a stateful bolt that emits two outputs per input, each carrying
-// size bytes.
+// size bytes. An input bad says is poison gets its first output only, and
+// is then failed.
 type fan struct {
 	out  topology.Collector
 	runs *runs
 	size int
+	bad  func(int64) bool
 }
 
 func (f *fan) Prepare(_ topology.TaskContext, out topology.Collector) error {
@@ -30,6 +32,10 @@ func (f *fan) Execute(in *topology.Tuple) {
 	n, _ := in.Int(0)
 	f.runs.add(n)
 	f.out.Emit(in, topology.Values{2 * n, make([]byte, f.size)})
+	if f.bad != nil && f.bad(n) {
+		f.out.Fail(in)
+		return
+	}
 	f.out.Emit(in, topology.Values{2*n + 1, make([]byte, f.size)})
 	f.out.Ack(in)
 }
@@ -142,26 +148,35 @@ func (p *poisonSink) Execute(in *topology.Tuple) {
 func (p *poisonSink) Cleanup() error { return nil }
 
 // TestDeadLettersLeaveTheOutputLogs: a third of the roots carry a value
-// the sink fails on every attempt, so they go to the dead letters after
-// two. The stateful bolts upstream logged their outputs for those roots'
-// trees; nothing completes such a tree, and with logs of 16 entries a
-// few dead letters filled them and stopped the spouts reading until the
-// entries expired, ten message timeouts later (runFull fails a run that
-// long). The spout now tells the logs' tasks that a dead-lettered root's
-// trees are over. In two shapes (the fan-out bolt alone, and behind
-// another stateful bolt) no entry may expire, no stateful bolt may run an
-// input twice, exactly the poisoned roots are dead-lettered, and every
-// value that is not poison reaches the sink.
+// that fails on every attempt, so they go to the dead letters after two.
+// The stateful bolts logged their outputs for those roots' trees, or, for
+// an input they failed themselves, a tombstone; nothing completes a failed
+// tree, and with logs of 16 entries a few dead letters filled them and
+// stopped the spouts reading until the entries expired, ten message
+// timeouts later (runFull fails a run that long). The spout now tells the
+// logs' tasks that a dead-lettered root's trees are over. In three shapes
+// (the sink fails the poison behind the fan-out bolt alone, or behind
+// another stateful bolt; the fan-out bolt fails it itself after a partial
+// emit) no entry may expire, no stateful bolt may run an input more often
+// than it failed, exactly the poisoned roots are dead-lettered, and every
+// value of a root that is not poison reaches the sink.
 func TestDeadLettersLeaveTheOutputLogs(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	const n = 3000
-	bad := func(v int64) bool { return v%6 == 0 } // fan's output 2i, for i%3 == 0
+	const attempts = 2
+	poison := func(i int64) bool { return i%3 == 0 } // the roots that fail
 	for _, tc := range []struct {
-		name    string
-		counted bool // a counter before fan
-	}{{"fan", false}, {"counter then fan", true}} {
+		name     string
+		counted  bool // a counter before fan
+		fanFails bool // fan fails the poison, not the sink
+	}{{"fan", false, false}, {"counter then fan", true, false}, {"fan fails", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ran, counted, seen := newRuns(), newRuns(), newRuns()
+			sinkBad := func(v int64) bool { return poison(v / 2) } // fan's outputs 2i and 2i+1
+			fanBad := func(int64) bool { return false }
+			if tc.fanFails {
+				sinkBad, fanBad = fanBad, poison
+			}
 			b := topology.NewBuilder("dead-log")
 			b.Spout("numbers", sources.NewSequence(n, func(i int64) topology.Values { return topology.Values{i} }), 1).Outputs("n")
 			from := "numbers"
@@ -169,31 +184,43 @@ func TestDeadLettersLeaveTheOutputLogs(t *testing.T) {
 				b.Bolt("counter", func() topology.Bolt { return &counter{runs: counted} }, 2).Input("numbers", topology.Shuffle()).Outputs("n")
 				from = "counter"
 			}
-			b.Bolt("fan", func() topology.Bolt { return &fan{runs: ran, size: 64} }, 2).Input(from, topology.Fields("n")).Outputs("n", "blob")
-			b.Bolt("sink", func() topology.Bolt { return &poisonSink{bad: bad, seen: seen} }, 2).Input("fan", topology.Shuffle())
+			b.Bolt("fan", func() topology.Bolt { return &fan{runs: ran, size: 64, bad: fanBad} }, 2).Input(from, topology.Fields("n")).Outputs("n", "blob")
+			b.Bolt("sink", func() topology.Bolt { return &poisonSink{bad: sinkBad, seen: seen} }, 2).Input("fan", topology.Shuffle())
 			sum := runFull(t, build(t, b), func(c *workers.Config) {
 				c.Log.MaxEntries = 16
-				c.MaxAttempts = 2
+				c.MaxAttempts = attempts
 				c.MaxSpoutPending = 8 // the roots come while the logs are full
 			})
 			fc := sum.Component("fan")
 			t.Logf("%v: %d dead-lettered; fan's log peaked at %d entries, %d expired", sum.Duration.Round(time.Millisecond), sum.DeadLettered, fc.LogPeakEntries, fc.LogExpired)
-			ran.expect(t, "fan", n, 1)
-			if tc.counted {
-				counted.expect(t, "counter", n, 1)
-			}
 			want := int64(0)
 			for i := range int64(n) {
-				if bad(2 * i) {
+				if poison(i) {
 					want++
 				}
+			}
+			if tc.fanFails {
+				// fan runs a poisoned input once per attempt: its tombstone
+				// sends each replay to user code again.
+				ran.mu.Lock()
+				for i := range int64(n) {
+					if w := map[bool]int{false: 1, true: attempts}[poison(i)]; ran.m[i] != w {
+						t.Errorf("fan ran %d %d times, want %d", i, ran.m[i], w)
+					}
+				}
+				ran.mu.Unlock()
+			} else {
+				ran.expect(t, "fan", n, 1)
+			}
+			if tc.counted {
+				counted.expect(t, "counter", n, 1)
 			}
 			if sum.DeadLettered != want {
 				t.Errorf("%d roots dead-lettered, want the %d poisoned ones", sum.DeadLettered, want)
 			}
 			seen.mu.Lock()
 			for v := range int64(2 * n) {
-				if !bad(v) && seen.m[v] == 0 {
+				if !poison(v/2) && seen.m[v] == 0 {
 					t.Errorf("value %d never reached the sink", v)
 				}
 			}
