@@ -228,13 +228,15 @@ func (p *spoutPositions) blocks() bool {
 // again, as they run any replay, which at least once allows.
 //
 // The roots are counted per mark: the source's position taken between
-// calls to Next, every frontierEvery while roots come. Every root emitted
+// calls to Next, every frontierEvery while roots come (sooner just after
+// the task starts: due). Every root emitted
 // after a mark and before the next counts in it until it is done, and the
 // position written is that of the oldest mark that still counts one.
 type rootMarks struct {
 	marks   []rootMark
 	first   uint32    // the number of marks[0]; a root keeps its mark's number
 	at      time.Time // when the newest mark was taken
+	taken   int       // the marks taken since the task started
 	emitted int       // the spout's roots when it was
 	written []byte    // the position written last
 }
@@ -253,13 +255,32 @@ type rootMark struct {
 const (
 	frontierEvery = 200 * time.Millisecond
 	maxMarks      = 1024
+	// firstMark is how soon after the task starts its first mark is
+	// taken; each next one waits twice as long, up to frontierEvery.
+	firstMark = 10 * time.Millisecond
 )
 
 // start begins the marks at pos, where the task starts reading, which its
 // start wrote.
 func (m *rootMarks) start(pos []byte, emitted int, now time.Time) {
 	m.marks = append(m.marks[:0], rootMark{pos: pos})
-	m.written, m.emitted, m.at = pos, emitted, now
+	m.written, m.emitted, m.at, m.taken = pos, emitted, now, 0
+}
+
+// due is how long after the newest mark the next is taken. The first
+// marks of a task come sooner than frontierEvery: a root's mark moves the
+// frontier only once a later mark exists and the root is done, so with
+// marks every frontierEvery from the start, a task that ran less than
+// about two of them never wrote where it stood, and one restarted that
+// often (its worker crashing every second, its slot moving away and back)
+// read the same roots again at every start (randshapes' alo-crash seed
+// 173 read its 122 roots 3,990 times and sometimes did not finish in 90
+// s). The ramp costs a handful of writes per task start.
+func (m *rootMarks) due() time.Duration {
+	if m.taken >= 5 {
+		return frontierEvery
+	}
+	return min(firstMark<<m.taken, frontierEvery)
 }
 
 // add counts p, just emitted for the first time, in the newest mark.
@@ -288,20 +309,21 @@ func (m *rootMarks) frontier() []byte {
 	return m.marks[0].pos
 }
 
-// advance takes a new mark if roots came since the last and frontierEvery
-// has passed (at once for a zero now: a graceful stop), and writes the
+// advance takes a new mark if roots came since the last and its time is
+// due (at once for a zero now: a graceful stop), and writes the
 // frontier if it moved. A write that fails is tried again at the next
 // mark; one that finds another owner's write stops the spout (blocks):
 // its task runs elsewhere now.
 func (p *spoutPositions) advance(now time.Time) {
 	s, m := p.s, p.marks
-	if p.stale || len(m.marks) == 0 || !now.IsZero() && now.Sub(m.at) < frontierEvery {
+	if p.stale || len(m.marks) == 0 || !now.IsZero() && now.Sub(m.at) < m.due() {
 		return
 	}
 	if now.IsZero() {
 		now = time.Now()
 	}
 	m.at = now
+	m.taken++
 	if s.emitted != m.emitted && len(m.marks) < maxMarks {
 		var at []byte
 		if err := s.guard("Position", func() (err error) { at, err = p.src.Position(); return err }); err != nil {

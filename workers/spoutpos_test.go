@@ -65,3 +65,30 @@ func TestRootMarksWriteTheOldestPositionNotDone(t *testing.T) {
 	m.done(&stuck)
 	want(maxMarks + 9) // the newest mark
 }
+
+// TestRootMarksComeSoonAfterAStart: a task's first marks come sooner than
+// frontierEvery, so that one restarted every few hundred milliseconds
+// still moves its frontier past the start (a root's mark is written only
+// once a later mark exists); then every frontierEvery, and a start begins
+// the ramp again.
+func TestRootMarksComeSoonAfterAStart(t *testing.T) {
+	var m rootMarks
+	for range 2 {
+		m.start(nil, 0, time.Now())
+		var at time.Duration
+		for i := range 20 {
+			d := m.due()
+			if d <= 0 || d > frontierEvery {
+				t.Fatalf("mark %d due %v after the last", i, d)
+			}
+			if i >= 8 && d != frontierEvery {
+				t.Fatalf("mark %d due %v after the last, want frontierEvery", i, d)
+			}
+			at += d
+			m.taken++
+			if i == 1 && at > frontierEvery/4 {
+				t.Fatalf("the second mark comes %v after the start", at)
+			}
+		}
+	}
+}
