@@ -1166,13 +1166,14 @@ func configs(seed uint64) []runCfg {
 		// replay a root that was already dead-lettered. Its first hunt
 		// (seed 21) found that dead-lettered trees filled the output logs
 		// until they expired (now spoutExec.abandon), and that without
-		// checkpoints a crash every 700 ms is too often: the crashed
-		// worker's slot moves away and back, its spout tasks live about
-		// 200 ms, seldom write where they stand (frontierEvery), and read
-		// the same roots again, each failing several attempts, for
-		// minutes. Crashes a second or more apart leave them time.
+		// checkpoints a crash every 700 ms was too often: the crashed
+		// worker's slot moves away and back, its spout tasks lived about
+		// 200 ms, seldom wrote where they stood, and read the same roots
+		// again, each failing several attempts, for minutes. Their first
+		// marks now come sooner (rootMarks.due), so it crashes as often
+		// as alo-crash.
 		{name: "alo-deadletter-crash", g: workers.AtLeastOnce,
-			chaos:       chaos.Config{Drop: pick(r, 0, 0.02), Fail: pick(r, 0.1, 0.3), CrashEvery: pick(r, time.Second, 1500*time.Millisecond), Seed: cs + 8},
+			chaos:       chaos.Config{Drop: pick(r, 0, 0.02), Fail: pick(r, 0.1, 0.3), CrashEvery: pick(r, 700*time.Millisecond, time.Second), Seed: cs + 8},
 			maxAttempts: 1 + r.IntN(3), sinkFail: pick(r, 0, 0.2), boltFail: true, pace: 1500 * time.Millisecond},
 		{name: "eo-deadletter-crash", g: workers.ExactlyOnce,
 			chaos:       chaos.Config{Drop: pick(r, 0, 0.02), Fail: pick(r, 0.1, 0.3), CrashEvery: pick(r, 500*time.Millisecond, 800*time.Millisecond), Seed: cs + 9},

@@ -23,7 +23,8 @@ type Positioned interface {
 	// comes before it, nothing after it has been emitted. The runtime calls
 	// it between calls to Next: while the spout is paused for a checkpoint,
 	// at most once before it sends what the spout emitted, and at least
-	// once without checkpoints every 200 ms while it emits.
+	// once without checkpoints every 200 ms while it emits (sooner just
+	// after its task starts).
 	Position() ([]byte, error)
 	// Seek moves the source to a position Position returned. The runtime
 	// calls it after Open and before the first Next when the task restarts
