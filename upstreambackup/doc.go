@@ -25,6 +25,12 @@
 // report each removed input through a callback, so the dedup filter can keep
 // it in its ring of completed IDs after the log lets go of it.
 //
+// An input the task failed itself is a tombstone (Discard): it has no
+// outputs, Has does not confirm it, and it stays linked to the failed
+// attempt's trees. Complete removes it without reporting it, and so does
+// Expire: a failed input was not processed. The runtime completes a
+// failed tree only when its root went to the dead letters.
+//
 // An expired input's trees did not complete. If its root is replayed after
 // all, a dedup filter that remembered it from Expire confirms it as a
 // duplicate with nothing left to re-emit, and the tasks downstream that
