@@ -49,7 +49,7 @@ func (a *ackerExec) handle(f *wire.Frame) {
 	}
 	for _, m := range f.Acks {
 		if m.Type == wire.AckAbandon {
-			a.abandon(m.Tree)
+			a.abandon(m.Tree, int(m.Task))
 			continue
 		}
 		a.verdicts = a.tracker.Handle(m, a.verdicts[:0])
@@ -86,16 +86,16 @@ func (a *ackerExec) publish() {
 	}
 }
 
-// abandon tells every task that keeps an output log that tree is over
-// (spoutExec.abandon). The tracker forgot the failed tree and which tasks
-// logged something for it, so all of them hear, and a task that logged
-// nothing for it ignores the notice. It goes from the acker, not the
-// spout: a receiver runs each sender's data frames in sequence order, and
-// a notice frame in the spout's sequence, taken on the control path,
-// left a gap that held the spout's later records back until their trees
-// timed out.
-func (a *ackerExec) abandon(tree uint64) {
-	for _, h := range a.r.plan.holders {
+// abandon tells the tasks that keep an output log downstream of spout
+// task that its tree is over (spoutExec.abandon). The tracker forgot the
+// failed tree and which tasks logged something for it, so all of them
+// hear, and a task that logged nothing for it ignores the notice. It goes
+// from the acker, not the spout: a receiver runs each sender's data
+// frames in sequence order, and a notice frame in the spout's sequence,
+// taken on the control path, left a gap that held the spout's later
+// records back until their trees timed out.
+func (a *ackerExec) abandon(tree uint64, task int) {
+	for _, h := range a.r.plan.holdersBelow(task) {
 		a.out.addNotice(h, wire.Notice{Type: wire.NoticeComplete, Tree: tree, Task: -1})
 	}
 }

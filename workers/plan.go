@@ -54,6 +54,7 @@ type plan struct {
 	outs      map[string]map[string]*streamOut // component -> stream -> routes
 	stateless []int                            // worker slots that hold no stateful task
 	holders   []int                            // tasks that keep output logs (stateful bolts with dedup)
+	below     map[string][]int                 // spout -> the holders downstream of it (holdersBelow)
 }
 
 func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
@@ -114,6 +115,12 @@ func newPlan(topo *topology.Topology, cfg Config) (*plan, error) {
 				p.holders = append(p.holders, t.id)
 			}
 		}
+		p.below = map[string][]int{}
+		for _, c := range topo.Components {
+			if c.IsSpout() {
+				p.below[c.Name] = p.holdersDownstream(c.Name)
+			}
+		}
 	}
 	for _, c := range topo.Components {
 		m := map[string]*streamOut{}
@@ -170,6 +177,44 @@ func (p *plan) logs(task int) bool {
 		}
 	}
 	return false
+}
+
+// holdersDownstream returns the holders of the components fed, directly
+// or through others, by component from.
+func (p *plan) holdersDownstream(from string) []int {
+	fed := map[string]bool{}
+	next := []string{from}
+	for len(next) > 0 {
+		n := next[0]
+		next = next[1:]
+		for _, c := range p.topo.Components {
+			for _, in := range c.Inputs {
+				if in.Source == n && !fed[c.Name] {
+					fed[c.Name] = true
+					next = append(next, c.Name)
+				}
+			}
+		}
+	}
+	hs := []int{}
+	for _, h := range p.holders {
+		if fed[p.tasks[h].name] {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
+// holdersBelow returns the tasks that can have logged something for a
+// tree of spout task's: the holders downstream of its component, or every
+// holder if task is not a spout's.
+func (p *plan) holdersBelow(task int) []int {
+	if task >= 0 && task < len(p.tasks) {
+		if hs, ok := p.below[p.tasks[task].name]; ok && p.tasks[task].comp != nil && p.tasks[task].comp.IsSpout() {
+			return hs
+		}
+	}
+	return p.holders
 }
 
 // ackerFor is the acker task that tracks tree.

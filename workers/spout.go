@@ -86,8 +86,9 @@ type spoutExec struct {
 	spout      topology.Spout
 	selfReplay bool
 	// abandons: the runtime dead-letters roots (MaxAttempts; not for a
-	// spout that replays itself) and stateful bolts keep output logs, so
-	// a dead-lettered root's trees are told to them (abandon).
+	// spout that replays itself) and stateful bolts downstream keep
+	// output logs, so a dead-lettered root's trees are told to them
+	// (abandon).
 	abandons  bool
 	deadAware topology.DeadLetterAware // nil unless the spout implements it
 	positions *spoutPositions          // over a rewindable source without checkpoints: see spoutPositions
@@ -136,7 +137,7 @@ func newSpoutExec(b base) *spoutExec {
 		s.selfReplay = sr.ReplaysItself()
 	}
 	s.deadAware, _ = s.spout.(topology.DeadLetterAware)
-	s.abandons = s.track && !s.selfReplay && b.r.cfg.MaxAttempts > 0 && len(b.r.plan.holders) > 0
+	s.abandons = s.track && !s.selfReplay && b.r.cfg.MaxAttempts > 0 && len(b.r.plan.holdersBelow(s.info.id)) > 0
 	if s.track {
 		s.showWindow()
 	}
