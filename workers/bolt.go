@@ -492,12 +492,12 @@ func (b *boltExec) expire(now time.Time) {
 		return
 	}
 	b.lastExpire = now
-	b.log.Expire(now.Add(-logExpiry*b.r.cfg.MessageTimeout), func(input uint64, outputs int) {
+	n := b.log.Expire(now.Add(-logExpiry*b.r.cfg.MessageTimeout), func(input uint64, outputs int) {
 		if outputs == 0 {
 			b.filter.Completed(input)
 		}
-		b.cnt.expired.Add(1)
 	})
+	b.cnt.expired.Add(int64(n)) // tombstones too: their roots were neither replayed nor dead-lettered in time
 	b.gauges()
 }
 

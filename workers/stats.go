@@ -197,8 +197,10 @@ type ComponentSummary struct {
 	WindowPeak int64
 	// Dedup (stateful bolts, at-least-once): duplicates dropped without
 	// running user code, Bloom suspects processed because nothing confirmed
-	// them, logged outputs re-emitted, the largest log, and the Bloom
-	// filter's fill and estimated false-positive rate at the end.
+	// them, logged outputs re-emitted, the largest log, the log entries
+	// (tombstones included) that expired rather than left with a completed
+	// or abandoned tree, and the Bloom filter's fill and estimated
+	// false-positive rate at the end.
 	DuplicatesDropped, Suspects, ReEmitted int64
 	LogPeakEntries, LogPeakBytes           int64
 	LogExpired                             int64
