@@ -210,7 +210,7 @@ func (p *plan) holdersDownstream(from string) []int {
 // holder if task is not a spout's.
 func (p *plan) holdersBelow(task int) []int {
 	if task >= 0 && task < len(p.tasks) {
-		if hs, ok := p.below[p.tasks[task].name]; ok && p.tasks[task].comp != nil && p.tasks[task].comp.IsSpout() {
+		if hs, ok := p.below[p.tasks[task].name]; ok { // below has spouts only
 			return hs
 		}
 	}

@@ -277,10 +277,7 @@ func (m *rootMarks) start(pos []byte, emitted int, now time.Time) {
 // 173 read its 122 roots 3,990 times and sometimes did not finish in 90
 // s). The ramp costs a handful of writes per task start.
 func (m *rootMarks) due() time.Duration {
-	if m.taken >= 5 {
-		return frontierEvery
-	}
-	return min(firstMark<<m.taken, frontierEvery)
+	return min(firstMark<<min(m.taken, 8), frontierEvery) // the min on taken keeps the shift from overflowing
 }
 
 // add counts p, just emitted for the first time, in the newest mark.
