@@ -25,8 +25,8 @@ type leading struct {
 	r      *runner
 	ctx    context.Context
 	live   []cluster.Member
-	names  atomic.Pointer[[]string] // the live members' names, for probe
-	gone   map[string]bool          // live members whose process is gone (probe)
+	procs  atomic.Pointer[[]process] // the live members' processes, for probe
+	gone   map[process]bool          // live members whose process is gone (probe)
 	lg     *Leader
 	floor  uint64 // Floor of the generation it adopted last
 	streak int    // consecutive status rounds in which the sources were done
@@ -71,7 +71,7 @@ func (r *runner) leadTopology(ctx context.Context) {
 	l := &leading{r: r, ctx: ctx}
 	defer l.closeLeader()
 	ms := l.watchMembers()
-	gone := make(chan map[string]bool)
+	gone := make(chan map[process]bool)
 	go l.probe(gone)
 	tick := time.NewTicker(r.n.cfg.StatusEvery)
 	defer tick.Stop()
@@ -86,11 +86,11 @@ func (r *runner) leadTopology(ctx context.Context) {
 				continue
 			}
 			l.live = live
-			names := make([]string, len(live))
+			procs := make([]process, len(live))
 			for i, m := range live {
-				names[i] = m.Name
+				procs[i] = processOf(m)
 			}
-			l.names.Store(&names)
+			l.procs.Store(&procs)
 		case g := <-gone:
 			l.gone = g
 		case <-r.lead:
@@ -125,10 +125,10 @@ func (l *leading) watchMembers() <-chan []cluster.Member {
 // 200ms, and sends the set of those gone (two "no responders" in a row)
 // when it changes. A killed worker is gone from NATS at once, while its
 // membership entry lives until its TTL runs out.
-func (l *leading) probe(out chan<- map[string]bool) {
+func (l *leading) probe(out chan<- map[process]bool) {
 	nc := l.r.n.nc
-	misses := map[string]int{}
-	var sent map[string]bool
+	missed := absences{}
+	var sent map[process]bool
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -137,24 +137,15 @@ func (l *leading) probe(out chan<- map[string]bool) {
 			return
 		case <-t.C:
 		}
-		names := l.names.Load()
-		if names == nil {
+		procs := l.procs.Load()
+		if procs == nil {
 			continue
 		}
-		gone := map[string]bool{}
-		for _, name := range *names {
-			_, err := nc.Request(l.r.n.presenceSubject(name), nil, 150*time.Millisecond)
-			switch {
-			case errors.Is(err, nats.ErrNoResponders):
-				misses[name]++
-			case err == nil:
-				misses[name] = 0
-			}
-			if misses[name] >= 2 {
-				gone[name] = true
-			}
+		answers := make(map[process]error, len(*procs))
+		for _, p := range *procs {
+			_, answers[p] = nc.Request(l.r.n.presenceSubject(p.name), nil, 150*time.Millisecond)
 		}
-		if !maps.Equal(gone, sent) {
+		if gone := missed.tally(answers); !maps.Equal(gone, sent) {
 			select {
 			case out <- gone:
 				sent = gone
@@ -163,6 +154,46 @@ func (l *leading) probe(out chan<- map[string]bool) {
 			}
 		}
 	}
+}
+
+// process is one worker process: a worker started again has the name of
+// the one that died, and another start.
+type process struct {
+	name    string
+	started int64 // Member.Started, in Unix nanoseconds
+}
+
+func processOf(m cluster.Member) process { return process{m.Name, m.Started.UnixNano()} }
+
+// absences counts, by process, the presence requests in a row that found
+// no responder.
+type absences map[process]int
+
+// tally takes one round of answers, by process asked, and returns the
+// processes gone: two "no responders" in a row. An answer resets the
+// count; a timeout leaves it. A process not asked is forgotten: its
+// entry expired, and a worker started again under its name is another
+// process, which a miss of the dead one must not count against. It
+// answers only once it has joined, so its first request may miss.
+func (a absences) tally(answers map[process]error) map[process]bool {
+	for p := range a {
+		if _, ok := answers[p]; !ok {
+			delete(a, p)
+		}
+	}
+	gone := map[process]bool{}
+	for p, err := range answers {
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			a[p]++
+		case err == nil:
+			a[p] = 0
+		}
+		if a[p] >= 2 {
+			gone[p] = true
+		}
+	}
+	return gone
 }
 
 // lease is the leader's fencing check before it commits a checkpoint.
@@ -182,7 +213,7 @@ func (l *leading) eligible() []string {
 	want := l.r.n.prints[l.r.name]
 	var names []string
 	for _, m := range l.live {
-		if fp, ok := m.Topologies[l.r.name]; ok && fp == want && !l.gone[m.Name] {
+		if fp, ok := m.Topologies[l.r.name]; ok && fp == want && !l.gone[processOf(m)] {
 			names = append(names, m.Name)
 		}
 	}
